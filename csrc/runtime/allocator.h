@@ -56,11 +56,13 @@ class HbmAllocator {
   //   "neuron:1 out of HBM memory: tried to allocate 2.00 GiB; 23.10 GiB of 24.00 GiB
   //    allocated, 23.50 GiB reserved by the caching allocator, 0.50 GiB free. ..."
   void* allocate(size_t bytes, Stream* stream);
-  // Returns a block from allocate(). Unknown pointers throw Error.
+  // Returns a block from allocate(). Unknown pointers throw Error. In a forked child of a
+  // process whose runtime had started, this is a silent no-op (inherited tensors die there).
   void free(void* ptr);
   // Marks that `ptr` is also used by work on `stream`.
   void record_stream(void* ptr, Stream* stream);
-  // Releases every cached (free) block back to the host.
+  // Releases every cached (free) block back to the host. Blocks still used by queued work
+  // are released after synchronizing the device through the sync callback.
   void empty_cache();
 
   MemoryStats stats() const;
@@ -80,21 +82,42 @@ class HbmAllocator {
     size_t size = 0;        // rounded size (the segment size)
     size_t requested = 0;
     Stream* stream = nullptr;
-    std::vector<std::pair<Stream*, uint64_t>> pending;  // streams to wait for before reuse
-    std::set<Stream*> extra_streams;
+    std::vector<Stream*> extra_streams;  // other streams that use it (record_stream)
   };
-  void* try_allocate_locked(size_t rounded, size_t bytes, Stream* stream);
+  // A freed block that other streams may still be using: it waits until each listed stream
+  // has completed the task that was its last one at the time of the free.
+  struct Pending {
+    Block block;
+    uint64_t free_seq = 0;  // block.stream->launched() at the free
+    std::vector<std::pair<Stream*, uint64_t>> waits;
+  };
+  // A free block kept for reuse on `stream`. Work launched on `stream` before the free may
+  // still use it, so it goes back to the host only once `stream` has completed `free_seq`.
+  struct Cached {
+    size_t size = 0;
+    Stream* stream = nullptr;
+    uint64_t free_seq = 0;
+  };
+  void* try_allocate_locked(size_t rounded, size_t bytes, Stream* stream, bool* host_failed);
+  void* make_live_locked(void* ptr, size_t size, size_t bytes, Stream* stream);
+  void cache_block_locked(void* ptr, size_t size, Stream* stream, uint64_t free_seq);
   void process_pending_locked();
-  void release_cached_locked();
+  // Returns to the host every cached block whose last use has completed; returns how many
+  // cached blocks are still in use by queued work.
+  size_t release_cached_locked();
+  std::string oom_message_locked(size_t bytes, bool host_failed) const;
   static size_t round_size(size_t bytes);
+  static size_t max_reuse_size(size_t rounded);
+  static void* host_alloc(size_t size);
+  static void host_free(void* ptr, size_t size);
 
   const int device_;
   const uint64_t capacity_;
   mutable std::mutex mu_;
-  std::unordered_map<void*, Block> live_;           // allocated to clients
-  std::vector<Block> pending_;                      // freed, waiting on other streams
+  std::map<void*, Block> live_;                     // allocated to clients, by address
+  std::vector<Pending> pending_;                    // freed, waiting on other streams
   std::map<Stream*, std::multimap<size_t, void*>> cache_;  // free blocks by stream, by size
-  std::unordered_map<void*, size_t> cached_size_;
+  std::unordered_map<void*, Cached> cached_;
   MemoryStats stats_;
   void (*sync_fn_)(void*) = nullptr;
   void* sync_ctx_ = nullptr;

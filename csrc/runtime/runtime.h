@@ -40,11 +40,16 @@ class Device {
   void synchronize();
 
  private:
+  static constexpr int kMaxStreams = 1 + 2 * kPoolSize;
+  // The allocator's sync callback: waits for every stream (errors stay pending on them).
+  static void sync_streams(void* self);
+
   LogicalCore core_;
-  std::unique_ptr<HbmAllocator> allocator_;
-  std::mutex mu_;
+  std::unique_ptr<HbmAllocator> allocator_;  // declared before streams_: outlives their tasks
+  std::mutex mu_;                                 // guards streams_ and pool_ids_
   std::vector<std::unique_ptr<Stream>> streams_;  // index == id
-  std::array<std::atomic<int>, 2> next_{};        // round-robin cursors: [low, high]
+  std::array<std::atomic<Stream*>, kMaxStreams> by_id_{};  // lock-free stream(id) lookup
+  std::array<std::atomic<unsigned>, 2> next_{};   // round-robin cursors: [low, high]
   std::array<std::vector<int64_t>, 2> pool_ids_;  // ids handed out per priority class
 };
 

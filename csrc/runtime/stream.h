@@ -56,24 +56,36 @@ class Stream {
   void check_error();
 
  private:
+  friend class Event;  // records markers without raising this stream's pending error
+
   struct Task {
     const char* name;
     TaskFn fn;
   };
+  // Queues `fn` and returns its sequence number; never throws a pending task error.
+  uint64_t enqueue(const char* name, TaskFn fn);
   void worker_loop();
-  void ensure_worker();
+  void ensure_worker();  // called with mu_ held
+  void run_task(Task& t);
+  void set_error(const char* name, std::exception_ptr e);
 
   const int device_;
   const int64_t id_;
   const int priority_;
-  std::mutex mu_;
+  std::mutex mu_;  // guards queue_, sleeping_, stop_, worker_
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool sleeping_ = false;
   bool stop_ = false;
   std::thread worker_;
   std::atomic<uint64_t> launched_{0};
-  std::atomic<uint64_t> completed_{0};
+  alignas(64) std::atomic<uint64_t> completed_{0};  // own cache line: written by the worker
+  // Host waiters block on done_cv_; the worker takes done_mu_ only while waiters_ > 0, so a
+  // completed task costs one atomic load when nobody waits.
+  mutable std::mutex done_mu_;
+  mutable std::condition_variable done_cv_;
+  mutable std::atomic<int> waiters_{0};
+  std::atomic<bool> has_error_{false};  // lets launch() skip err_mu_ in the common case
   std::mutex err_mu_;
   std::exception_ptr error_;
 };

@@ -1,0 +1,1 @@
+"""NKI: the Neuron Kernel Interface (neuron-emu)."""

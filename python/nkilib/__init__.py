@@ -1,0 +1,1 @@
+"""NKI Library kernels (neuron-emu)."""

@@ -1,0 +1,82 @@
+"""torch_neuronx: the AWS Neuron (Trainium) device for PyTorch, emulated on the CPU by neuron-emu.
+
+Importing this package (or just ``import torch``, through the ``torch.backends`` entry point)
+registers the ``neuron`` device: ``tensor.to("neuron")``, ``torch.neuron.*``,
+``torch.accelerator`` and the CPU-fallback tracking API below.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C
+from ._registration import register_device as _register_device
+
+__version__ = "0.1.0"
+
+_register_device()
+
+from . import neuron  # noqa: E402  (needs the registered device)
+from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
+from .neuron import (  # noqa: E402
+    Event,
+    Stream,
+    StreamContext,
+    current_device,
+    current_stream,
+    default_stream,
+    device,
+    device_count,
+    empty_cache,
+    get_device_properties,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_peak_memory_stats,
+    set_device,
+    set_stream,
+    stream,
+    synchronize,
+)
+
+
+def is_neuron_runtime_initialized() -> bool:
+    """True once the emulated Neuron runtime has started in this process."""
+    return bool(_C._is_initialized())
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package did the work."""
+
+
+__all__ = [
+    "Event",
+    "Stream",
+    "StreamContext",
+    "clear_op_tracking",
+    "current_device",
+    "current_stream",
+    "default_stream",
+    "device",
+    "device_count",
+    "empty_cache",
+    "get_device_properties",
+    "get_executed_ops",
+    "get_fallback_ops",
+    "is_neuron_runtime_initialized",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "neuron",
+    "reset_peak_memory_stats",
+    "set_device",
+    "set_stream",
+    "stream",
+    "synchronize",
+]
