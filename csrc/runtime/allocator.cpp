@@ -44,18 +44,22 @@ void Stat::sub(int64_t n) {
 std::string format_bytes(uint64_t bytes) {
   char buf[64];
   if (bytes >= kGiB) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+    std::snprintf(buf, sizeof(buf), "%.2f GiB",
+                  static_cast<double>(bytes) / static_cast<double>(kGiB));
   } else if (bytes >= kMiB) {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / static_cast<double>(kMiB));
+    std::snprintf(buf, sizeof(buf), "%.2f MiB",
+                  static_cast<double>(bytes) / static_cast<double>(kMiB));
   } else if (bytes >= kKiB) {
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", static_cast<double>(bytes) / static_cast<double>(kKiB));
+    std::snprintf(buf, sizeof(buf), "%.2f KiB",
+                  static_cast<double>(bytes) / static_cast<double>(kKiB));
   } else {
     std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
   }
   return buf;
 }
 
-HbmAllocator::HbmAllocator(int device, uint64_t capacity_bytes) : device_(device), capacity_(capacity_bytes) {}
+HbmAllocator::HbmAllocator(int device, uint64_t capacity_bytes)
+    : device_(device), capacity_(capacity_bytes) {}
 
 HbmAllocator::~HbmAllocator() {
   // The owner is gone, so every segment goes back, including ones clients still hold.
@@ -89,8 +93,10 @@ void* HbmAllocator::host_alloc(size_t size) {
 }
 
 void HbmAllocator::host_free(void* ptr, size_t size) {
-  if (size <= kSmallLimit) std::free(ptr);
-  else munmap(ptr, size);
+  if (size <= kSmallLimit)
+    std::free(ptr);
+  else
+    munmap(ptr, size);
 }
 
 void* HbmAllocator::make_live_locked(void* ptr, size_t size, size_t bytes, Stream* stream) {
@@ -157,7 +163,8 @@ size_t HbmAllocator::release_cached_locked() {
   return in_use;
 }
 
-void* HbmAllocator::try_allocate_locked(size_t rounded, size_t bytes, Stream* stream, bool* host_failed) {
+void* HbmAllocator::try_allocate_locked(size_t rounded, size_t bytes, Stream* stream,
+                                        bool* host_failed) {
   if (!pending_.empty()) process_pending_locked();
 
   // Reuse needs no synchronization: earlier work on the same stream runs before later work.
@@ -196,13 +203,15 @@ void* HbmAllocator::try_allocate_locked(size_t rounded, size_t bytes, Stream* st
 std::string HbmAllocator::oom_message_locked(size_t bytes, bool host_failed) const {
   const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current);
   const uint64_t free_bytes = reserved < capacity_ ? capacity_ - reserved : 0;
-  return str("neuron:", device_, " out of HBM memory: tried to allocate ", format_bytes(bytes), "; ",
-             format_bytes(static_cast<uint64_t>(stats_.allocated_bytes.current)), " of ",
-             format_bytes(capacity_), " allocated, ", format_bytes(reserved),
-             " reserved by the caching allocator, ", format_bytes(free_bytes), " free",
-             host_failed ? ", but the host could not provide the memory (HBM is emulated in host RAM)" : "",
-             ". Free tensors or call torch.neuron.empty_cache(); the capacity per logical core is set by "
-             "the instance profile (NEURON_EMU_HBM_GB overrides it).");
+  return str(
+      "neuron:", device_, " out of HBM memory: tried to allocate ", format_bytes(bytes), "; ",
+      format_bytes(static_cast<uint64_t>(stats_.allocated_bytes.current)), " of ",
+      format_bytes(capacity_), " allocated, ", format_bytes(reserved),
+      " reserved by the caching allocator, ", format_bytes(free_bytes), " free",
+      host_failed ? ", but the host could not provide the memory (HBM is emulated in host RAM)"
+                  : "",
+      ". Free tensors or call torch.neuron.empty_cache(); the capacity per logical core is set by "
+      "the instance profile (NEURON_EMU_HBM_GB overrides it).");
 }
 
 void* HbmAllocator::allocate(size_t bytes, Stream* stream) {

@@ -85,8 +85,8 @@ bool parse_bool(const char* name, const std::string& value) {
   const std::string t = lower(trim(value));
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
-  throw ConfigError(str(name, "=", value,
-                        ": expected a boolean (1, 0, true, false, yes, no, on, off)"));
+  throw ConfigError(
+      str(name, "=", value, ": expected a boolean (1, 0, true, false, yes, no, on, off)"));
 }
 
 }  // namespace neuron::rt

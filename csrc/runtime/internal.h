@@ -25,7 +25,8 @@ extern const char* const kBadForkMessage;
 
 // Throws BadForkError if this process is a bad-fork child.
 inline void check_not_bad_fork() {
-  if (g_in_bad_fork.load(std::memory_order_relaxed)) [[unlikely]] throw BadForkError(kBadForkMessage);
+  if (g_in_bad_fork.load(std::memory_order_relaxed)) [[unlikely]]
+    throw BadForkError(kBadForkMessage);
 }
 
 // The stream whose worker thread is the calling thread, or nullptr on any other thread.

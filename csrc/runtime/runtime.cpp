@@ -111,9 +111,11 @@ Runtime::Runtime() : topo_(Topology::from_env(read_topology_env())) {
 }
 
 Runtime& Runtime::get() {
-  if (Runtime* r = g_runtime.load(std::memory_order_acquire)) [[likely]] return *r;
+  if (Runtime* r = g_runtime.load(std::memory_order_acquire)) [[likely]]
+    return *r;
   detail::check_not_bad_fork();
-  std::call_once(g_atfork_once, [] { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
+  std::call_once(g_atfork_once,
+                 [] { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); });
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (Runtime* r = g_runtime.load(std::memory_order_acquire)) return *r;
   // A bad environment throws here and leaves nothing behind, so the next call reads the
@@ -130,9 +132,11 @@ bool Runtime::in_bad_fork() { return detail::g_in_bad_fork.load(std::memory_orde
 
 Device& Runtime::device(int index) {
   const int n = device_count();
-  if (index >= 0 && index < n) [[likely]] return *devices_[index];
-  throw Error(str("neuron:", index, " is not available: this process sees ", n, " logical NeuronCore",
-                  n == 1 ? "" : "s", " (neuron:0", n > 1 ? str("-neuron:", n - 1) : std::string(),
+  if (index >= 0 && index < n) [[likely]]
+    return *devices_[index];
+  throw Error(str("neuron:", index, " is not available: this process sees ", n,
+                  " logical NeuronCore", n == 1 ? "" : "s", " (neuron:0",
+                  n > 1 ? str("-neuron:", n - 1) : std::string(),
                   "); NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES select them"));
 }
 

@@ -45,12 +45,13 @@ class Device {
   static void sync_streams(void* self);
 
   LogicalCore core_;
-  std::unique_ptr<HbmAllocator> allocator_;  // declared before streams_: outlives their tasks
-  std::mutex mu_;                                 // guards streams_ and pool_ids_
-  std::vector<std::unique_ptr<Stream>> streams_;  // index == id
+  // Declared before streams_ so that it outlives the tasks they drain at destruction.
+  std::unique_ptr<HbmAllocator> allocator_;
+  std::mutex mu_;                                          // guards streams_ and pool_ids_
+  std::vector<std::unique_ptr<Stream>> streams_;           // index == id
   std::array<std::atomic<Stream*>, kMaxStreams> by_id_{};  // lock-free stream(id) lookup
-  std::array<std::atomic<unsigned>, 2> next_{};   // round-robin cursors: [low, high]
-  std::array<std::vector<int64_t>, 2> pool_ids_;  // ids handed out per priority class
+  std::array<std::atomic<unsigned>, 2> next_{};            // round-robin cursors: [low, high]
+  std::array<std::vector<int64_t>, 2> pool_ids_;           // ids handed out per priority class
 };
 
 class Runtime {

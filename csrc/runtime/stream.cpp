@@ -36,8 +36,10 @@ bool spin_until(Pred pred) {
     cpu_relax();
     if ((i & 31) == 0) {
       const int64_t t = now_ns();
-      if (deadline == 0) deadline = t + kSpinNs;
-      else if (t >= deadline) return pred();
+      if (deadline == 0)
+        deadline = t + kSpinNs;
+      else if (t >= deadline)
+        return pred();
     }
   }
 }
@@ -55,7 +57,8 @@ const char* intern(const std::string& s) {
   return strings->insert(s).first->c_str();
 }
 
-Stream::Stream(int device, int64_t id, int priority) : device_(device), id_(id), priority_(priority) {}
+Stream::Stream(int device, int64_t id, int priority)
+    : device_(device), id_(id), priority_(priority) {}
 
 Stream::~Stream() {
   {
@@ -88,7 +91,8 @@ uint64_t Stream::enqueue(const char* name, TaskFn fn) {
 }
 
 void Stream::launch(const char* name, TaskFn fn) {
-  if (has_error_.load(std::memory_order_relaxed)) [[unlikely]] check_error();
+  if (has_error_.load(std::memory_order_relaxed)) [[unlikely]]
+    check_error();
   detail::check_not_bad_fork();
   const uint64_t seq = enqueue(name, std::move(fn));
   if (detail::g_launch_blocking.load(std::memory_order_relaxed)) [[unlikely]] {
@@ -189,7 +193,8 @@ void Stream::check_error() {
 void Stream::wait_completed(uint64_t seq) const {
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   detail::check_not_bad_fork();
-  NEURON_RT_CHECK(detail::current_worker_stream() != this, "a task on neuron:", device_, " (stream ", id_,
+  NEURON_RT_CHECK(detail::current_worker_stream() != this, "a task on neuron:", device_,
+                  " (stream ", id_,
                   ") waited for work queued behind it on its own stream; this would never finish");
   if (spin_until([&] { return completed_.load(std::memory_order_acquire) >= seq; })) return;
   waiters_.fetch_add(1, std::memory_order_seq_cst);

@@ -124,8 +124,9 @@ std::string allowed_lnc_text(const InstanceProfile& p) {
 int parse_lnc(const char* var, const std::string& value, const InstanceProfile& p) {
   const std::string t = trim(value);
   int lnc = -1;
-  if (!t.empty() && t.size() <= 2 &&
-      std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (!t.empty() && t.size() <= 2 && std::all_of(t.begin(), t.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     lnc = std::stoi(t);
   }
   const bool ok = std::find(p.allowed_lnc.begin(), p.allowed_lnc.end(), lnc) != p.allowed_lnc.end();
@@ -141,8 +142,9 @@ std::string id_range_text(int limit) {
 }
 
 bool all_digits(const std::string& s) {
-  return !s.empty() &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
 }
 
 // Ids longer than 9 digits cannot be valid core ids; cap them instead of overflowing.
@@ -154,8 +156,8 @@ int64_t to_id(const std::string& s) {
 std::vector<int> parse_core_list_impl(const std::string& var, const std::string& value, int limit,
                                       const std::string& where) {
   const char* const forms = "expected core ids such as 2, 1-3, 0,2 or 0-1,3";
-  NEURON_RT_CHECK_T(ConfigError, !trim(value).empty(), var, "=", value, ": empty core list; ", forms,
-                    " (", where, ")");
+  NEURON_RT_CHECK_T(ConfigError, !trim(value).empty(), var, "=", value, ": empty core list; ",
+                    forms, " (", where, ")");
   std::vector<int> ids;
   size_t pos = 0;
   while (pos <= value.size()) {
@@ -170,13 +172,15 @@ std::vector<int> parse_core_list_impl(const std::string& var, const std::string&
       lo_s = trim(item.substr(0, dash));
       hi_s = trim(item.substr(dash + 1));
     }
-    NEURON_RT_CHECK_T(ConfigError, all_digits(lo_s) && all_digits(hi_s), var, "=", value, ": '", item,
-                      "' is not a core id or range; ", forms, " (", where, ")");
+    NEURON_RT_CHECK_T(ConfigError, all_digits(lo_s) && all_digits(hi_s), var, "=", value, ": '",
+                      item, "' is not a core id or range; ", forms, " (", where, ")");
     const int64_t lo = to_id(lo_s), hi = to_id(hi_s);
-    NEURON_RT_CHECK_T(ConfigError, lo <= hi, var, "=", value, ": range ", item, " is reversed; write it as ",
-                      hi_s, "-", lo_s);
-    NEURON_RT_CHECK_T(ConfigError, lo < limit, var, "=", value, ": core ", lo_s, " does not exist; ", where);
-    NEURON_RT_CHECK_T(ConfigError, hi < limit, var, "=", value, ": core ", hi_s, " does not exist; ", where);
+    NEURON_RT_CHECK_T(ConfigError, lo <= hi, var, "=", value, ": range ", item,
+                      " is reversed; write it as ", hi_s, "-", lo_s);
+    NEURON_RT_CHECK_T(ConfigError, lo < limit, var, "=", value, ": core ", lo_s,
+                      " does not exist; ", where);
+    NEURON_RT_CHECK_T(ConfigError, hi < limit, var, "=", value, ": core ", hi_s,
+                      " does not exist; ", where);
     for (int64_t id = lo; id <= hi; ++id) ids.push_back(static_cast<int>(id));
   }
   std::sort(ids.begin(), ids.end());
@@ -242,15 +246,19 @@ Topology Topology::from_env(const EnvMap& env) {
   std::optional<int> a, b;
   if (lnc_a) a = parse_lnc(kLncVar, *lnc_a, p);
   if (lnc_b) b = parse_lnc(kVirtualCoreSizeVar, *lnc_b, p);
-  NEURON_RT_CHECK_T(ConfigError, !(a && b && *a != *b), kLncVar, "=", *lnc_a, " and ", kVirtualCoreSizeVar,
-                    "=", *lnc_b, " disagree; both set the logical NeuronCore size, set only one");
-  if (a) t.lnc = *a;
-  else if (b) t.lnc = *b;
+  NEURON_RT_CHECK_T(ConfigError, !(a && b && *a != *b), kLncVar, "=", *lnc_a, " and ",
+                    kVirtualCoreSizeVar, "=", *lnc_b,
+                    " disagree; both set the logical NeuronCore size, set only one");
+  if (a)
+    t.lnc = *a;
+  else if (b)
+    t.lnc = *b;
 
   t.logical_cores_per_device = p.physical_cores_per_device / t.lnc;
   t.total_logical_cores = p.num_devices * t.logical_cores_per_device;
   const std::string machine = str(p.name, " with LNC ", t.lnc);
-  const std::string where = str(machine, " has logical cores ", id_range_text(t.total_logical_cores));
+  const std::string where =
+      str(machine, " has logical cores ", id_range_text(t.total_logical_cores));
 
   std::vector<int> ids;
   if (auto v = lookup(env, kVisibleCoresVar)) {
@@ -272,9 +280,10 @@ Topology Topology::from_env(const EnvMap& env) {
 
   uint64_t capacity = p.hbm_bytes_per_device / static_cast<uint64_t>(t.logical_cores_per_device);
   if (auto v = lookup_scalar(env, kHbmVar)) {
-    const std::string msg = str(kHbmVar, "=", *v,
-                                ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the ",
-                                p.name, " default is ", capacity / kGiB);
+    const std::string msg =
+        str(kHbmVar, "=", *v,
+            ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the ", p.name,
+            " default is ", capacity / kGiB);
     double gib = 0;
     try {
       gib = parse_double(kHbmVar, *v, 0, 1 << 20);

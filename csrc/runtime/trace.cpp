@@ -26,13 +26,27 @@ void append_json_string(std::string& out, const char* s) {
   for (const char* p = s ? s : ""; *p; ++p) {
     const unsigned char c = static_cast<unsigned char>(*p);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -89,8 +103,8 @@ std::string Tracer::to_chrome_json(const std::vector<TraceEvent>& events) {
     first = false;
     out += "{\"name\":";
     append_json_string(out, e.name);
-    out += ",\"ph\":\"X\",\"pid\":" + std::to_string(e.device) + ",\"tid\":" + std::to_string(e.stream) +
-           ",\"ts\":";
+    out += ",\"ph\":\"X\",\"pid\":" + std::to_string(e.device) +
+           ",\"tid\":" + std::to_string(e.stream) + ",\"ts\":";
     append_us(out, e.start_ns);
     out += ",\"dur\":";
     append_us(out, e.end_ns - e.start_ns);

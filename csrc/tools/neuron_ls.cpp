@@ -71,7 +71,8 @@ std::vector<DeviceInfo> collect(const Topology& t) {
     DeviceInfo info;
     info.index = d;
     info.nc_count = t.logical_cores_per_device;
-    for (int i = 0; i < t.logical_cores_per_device; ++i) info.core_ids.push_back(d * t.logical_cores_per_device + i);
+    for (int i = 0; i < t.logical_cores_per_device; ++i)
+      info.core_ids.push_back(d * t.logical_cores_per_device + i);
     info.memory_bytes = per_core * static_cast<uint64_t>(t.logical_cores_per_device);
     info.connected = neighbours(d, p.num_devices);
     info.bdf = p.pci_bdf.at(d);
@@ -104,8 +105,8 @@ void print_table(const Topology& t, const std::vector<DeviceInfo>& devices) {
   std::vector<std::vector<std::string>> rows;
   for (const DeviceInfo& d : devices) {
     const double gb = static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0);
-    std::vector<std::string> row = {std::to_string(d.index), std::to_string(d.nc_count), id_range(d.core_ids),
-                                    std::to_string(std::llround(gb)) + " GB"};
+    std::vector<std::string> row = {std::to_string(d.index), std::to_string(d.nc_count),
+                                    id_range(d.core_ids), std::to_string(std::llround(gb)) + " GB"};
     if (multi) row.push_back(join_ints(d.connected, ", "));
     row.insert(row.end(), {d.bdf, d.cpu_affinity, std::to_string(d.numa_node)});
     rows.push_back(std::move(row));
@@ -123,7 +124,8 @@ void print_table(const Topology& t, const std::vector<DeviceInfo>& devices) {
   };
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s = "|";
-    for (size_t c = 0; c < cells.size(); ++c) s += " " + cells[c] + std::string(width[c] - cells[c].size(), ' ') + " |";
+    for (size_t c = 0; c < cells.size(); ++c)
+      s += " " + cells[c] + std::string(width[c] - cells[c].size(), ' ') + " |";
     return s + "\n";
   };
   std::vector<std::string> top, bottom;
@@ -187,7 +189,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto devices = collect(topo);
-  if (json) print_json(topo, devices);
-  else print_table(topo, devices);
+  if (json)
+    print_json(topo, devices);
+  else
+    print_table(topo, devices);
   return 0;
 }

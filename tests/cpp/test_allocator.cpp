@@ -130,7 +130,7 @@ TEST(Allocator, RecordStreamOnTheAllocatingStreamIsHarmless) {
 
 TEST(Allocator, Accounting) {
   HbmAllocator a(0, 64 * kMiB);
-  void* p = a.allocate(1000, nullptr);  // 1 KiB block
+  void* p = a.allocate(1000, nullptr);      // 1 KiB block
   void* q = a.allocate(3 * kMiB, nullptr);  // 4 MiB block
   MemoryStats s = a.stats();
   EXPECT_EQ(s.allocation.current, 2);
@@ -150,7 +150,8 @@ TEST(Allocator, Accounting) {
   EXPECT_EQ(s.allocated_bytes.current, 1024);
   EXPECT_EQ(s.allocated_bytes.peak, static_cast<int64_t>(1024 + 4 * kMiB));
   EXPECT_EQ(s.requested_bytes.current, 1000);
-  EXPECT_EQ(s.reserved_bytes.current, static_cast<int64_t>(1024 + 4 * kMiB));  // cached, still reserved
+  EXPECT_EQ(s.reserved_bytes.current,
+            static_cast<int64_t>(1024 + 4 * kMiB));  // cached, still reserved
   EXPECT_EQ(s.active.current, 1);
   EXPECT_EQ(s.segment.current, 2);
 
@@ -247,11 +248,12 @@ TEST(Allocator, OutOfMemoryMessageAndCounters) {
     a.allocate(kMiB + 1, nullptr);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_STREQ(e.what(),
-                 "neuron:1 out of HBM memory: tried to allocate 1.00 MiB; 8.00 MiB of 8.00 MiB allocated, "
-                 "8.00 MiB reserved by the caching allocator, 0 B free. Free tensors or call "
-                 "torch.neuron.empty_cache(); the capacity per logical core is set by the instance profile "
-                 "(NEURON_EMU_HBM_GB overrides it).");
+    EXPECT_STREQ(
+        e.what(),
+        "neuron:1 out of HBM memory: tried to allocate 1.00 MiB; 8.00 MiB of 8.00 MiB allocated, "
+        "8.00 MiB reserved by the caching allocator, 0 B free. Free tensors or call "
+        "torch.neuron.empty_cache(); the capacity per logical core is set by the instance profile "
+        "(NEURON_EMU_HBM_GB overrides it).");
   }
   s = a.stats();
   EXPECT_EQ(s.num_ooms, 1);
@@ -263,11 +265,12 @@ TEST(Allocator, OutOfMemoryMessageAndCounters) {
     a.allocate(6 * kMiB, nullptr);
     FAIL() << "expected OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_STREQ(e.what(),
-                 "neuron:1 out of HBM memory: tried to allocate 6.00 MiB; 4.00 MiB of 8.00 MiB allocated, "
-                 "4.00 MiB reserved by the caching allocator, 4.00 MiB free. Free tensors or call "
-                 "torch.neuron.empty_cache(); the capacity per logical core is set by the instance profile "
-                 "(NEURON_EMU_HBM_GB overrides it).");
+    EXPECT_STREQ(
+        e.what(),
+        "neuron:1 out of HBM memory: tried to allocate 6.00 MiB; 4.00 MiB of 8.00 MiB allocated, "
+        "4.00 MiB reserved by the caching allocator, 4.00 MiB free. Free tensors or call "
+        "torch.neuron.empty_cache(); the capacity per logical core is set by the instance profile "
+        "(NEURON_EMU_HBM_GB overrides it).");
   }
   s = a.stats();
   EXPECT_EQ(s.num_ooms, 2);
@@ -288,7 +291,8 @@ TEST(Allocator, FreeOfUnknownPointerThrows) {
     a.free(p);  // double free
     FAIL() << "expected Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("neuron:2: free of pointer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("neuron:2: free of pointer"), std::string::npos)
+        << e.what();
   }
 }
 

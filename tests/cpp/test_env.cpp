@@ -27,8 +27,10 @@ std::string config_error(F fn) {
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() { unsetenv(name_); }
 
@@ -62,7 +64,8 @@ TEST(ParseInt, RejectsWithVariableValueAndRange) {
             "NEURON_X=1.5: expected an integer in [0, 100]");
   EXPECT_EQ(config_error([] { parse_int("NEURON_X", "99999999999999999999", 0, INT64_MAX); }),
             "NEURON_X=99999999999999999999: expected an integer in [0, 9223372036854775807]");
-  EXPECT_EQ(config_error([] { parse_int("NEURON_X", "-", 0, 1); }), "NEURON_X=-: expected an integer in [0, 1]");
+  EXPECT_EQ(config_error([] { parse_int("NEURON_X", "-", 0, 1); }),
+            "NEURON_X=-: expected an integer in [0, 1]");
 }
 
 TEST(ParseDouble, AcceptsNumbersInRange) {
@@ -79,13 +82,15 @@ TEST(ParseDouble, RejectsGarbageNonFiniteAndOutOfRange) {
 }
 
 TEST(ParseBool, AcceptsAllSpellingsCaseInsensitive) {
-  for (const char* t : {"1", "true", "TRUE", "Yes", "on", " ON "}) EXPECT_TRUE(parse_bool("B", t)) << t;
+  for (const char* t : {"1", "true", "TRUE", "Yes", "on", " ON "})
+    EXPECT_TRUE(parse_bool("B", t)) << t;
   for (const char* f : {"0", "false", "False", "no", "OFF"}) EXPECT_FALSE(parse_bool("B", f)) << f;
 }
 
 TEST(ParseBool, RejectsOthersNamingTheAllowedSet) {
-  EXPECT_EQ(config_error([] { parse_bool("NEURON_LAUNCH_BLOCKING", "maybe"); }),
-            "NEURON_LAUNCH_BLOCKING=maybe: expected a boolean (1, 0, true, false, yes, no, on, off)");
+  EXPECT_EQ(
+      config_error([] { parse_bool("NEURON_LAUNCH_BLOCKING", "maybe"); }),
+      "NEURON_LAUNCH_BLOCKING=maybe: expected a boolean (1, 0, true, false, yes, no, on, off)");
   EXPECT_EQ(config_error([] { parse_bool("NEURON_LAUNCH_BLOCKING", "2"); }),
             "NEURON_LAUNCH_BLOCKING=2: expected a boolean (1, 0, true, false, yes, no, on, off)");
 }
@@ -142,7 +147,8 @@ TEST(GetEnv, BoolUsesDefaultWhenUnsetAndParsesOtherwise) {
   }
   {
     ScopedEnv e("NEURON_EMU_TEST_BOOL", "nope");
-    EXPECT_EQ(config_error([] { getenv_bool("NEURON_EMU_TEST_BOOL", false); }),
-              "NEURON_EMU_TEST_BOOL=nope: expected a boolean (1, 0, true, false, yes, no, on, off)");
+    EXPECT_EQ(
+        config_error([] { getenv_bool("NEURON_EMU_TEST_BOOL", false); }),
+        "NEURON_EMU_TEST_BOOL=nope: expected a boolean (1, 0, true, false, yes, no, on, off)");
   }
 }

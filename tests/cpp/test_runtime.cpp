@@ -35,9 +35,9 @@ constexpr size_t kMiB = 1024 * 1024;
   } while (0)
 
 void clear_runtime_env() {
-  for (const char* v : {"NEURON_EMU_INSTANCE_TYPE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VIRTUAL_CORE_SIZE",
-                        "NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "NEURON_EMU_HBM_GB",
-                        "NEURON_LAUNCH_BLOCKING"}) {
+  for (const char* v : {"NEURON_EMU_INSTANCE_TYPE", "NEURON_LOGICAL_NC_CONFIG",
+                        "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_RT_VISIBLE_CORES",
+                        "NEURON_RT_NUM_CORES", "NEURON_EMU_HBM_GB", "NEURON_LAUNCH_BLOCKING"}) {
     unsetenv(v);
   }
 }
@@ -86,7 +86,8 @@ TEST_F(RuntimeDeathTest, BadEnvironmentThrowsOnEveryCallUntilFixed) {
         _exit(0);
       },
       ::testing::ExitedWithCode(0),
-      "NEURON_RT_VISIBLE_CORES=9: core 9 does not exist; trn2.3xlarge with LNC 2 has logical cores 0-3");
+      "NEURON_RT_VISIBLE_CORES=9: core 9 does not exist; trn2.3xlarge with LNC 2 has logical cores "
+      "0-3");
 }
 
 TEST_F(RuntimeDeathTest, VisibleCoresBecomeDevicesInOrder) {
@@ -104,7 +105,8 @@ TEST_F(RuntimeDeathTest, VisibleCoresBecomeDevicesInOrder) {
         CHILD_CHECK(rt.device(1).default_stream().device() == 1);
         CHILD_CHECK(!rt.launch_blocking());
         std::fprintf(stderr, "%s\n", message_of<Error>([&] { rt.device(2); }).c_str());
-        CHILD_CHECK(message_of<Error>([&] { rt.device(-1); }).find("neuron:-1 is not available") == 0);
+        CHILD_CHECK(message_of<Error>([&] { rt.device(-1); }).find("neuron:-1 is not available") ==
+                    0);
         _exit(0);
       },
       ::testing::ExitedWithCode(0),
@@ -126,8 +128,9 @@ TEST_F(RuntimeDeathTest, LaunchBlockingFromEnvironment) {
           done = true;
         });
         CHILD_CHECK(done.load());
-        CHILD_CHECK(message_of<Error>([&] { s.launch("bad", [] { throw std::runtime_error("now"); }); }) ==
-                    "bad failed on neuron:0 (stream 0): now");
+        CHILD_CHECK(message_of<Error>([&] {
+                      s.launch("bad", [] { throw std::runtime_error("now"); });
+                    }) == "bad failed on neuron:0 (stream 0): now");
         _exit(0);
       },
       ::testing::ExitedWithCode(0), "");
@@ -179,7 +182,8 @@ TEST(Runtime, ForkedChildOfAnInitialisedParentIsInBadFork) {
     CHILD_CHECK(Runtime::in_bad_fork());
     CHILD_CHECK(!Runtime::initialized());
     CHILD_CHECK(message_of<BadForkError>([] { Runtime::get(); }) ==
-                "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with multiprocessing, "
+                "Cannot re-initialize Neuron runtime in forked subprocess. To use Neuron with "
+                "multiprocessing, "
                 "you must use the 'spawn' start method");
     // Inherited tensors are destroyed in the child: freeing them must be a silent no-op.
     try {
@@ -187,8 +191,11 @@ TEST(Runtime, ForkedChildOfAnInitialisedParentIsInBadFork) {
     } catch (...) {
       CHILD_CHECK(!"free threw in the forked child");
     }
-    CHILD_CHECK(message_of<BadForkError>([] { current_stream(0); }).find("Cannot re-initialize") == 0);
-    CHILD_CHECK(message_of<BadForkError>([&] { d.default_stream().launch("x", [] {}); }).find("Cannot") == 0);
+    CHILD_CHECK(message_of<BadForkError>([] { current_stream(0); }).find("Cannot re-initialize") ==
+                0);
+    CHILD_CHECK(message_of<BadForkError>([&] {
+                  d.default_stream().launch("x", [] {});
+                }).find("Cannot") == 0);
     CHILD_CHECK(message_of<BadForkError>([&] { d.synchronize(); }).find("Cannot") == 0);
     _exit(0);
   }
@@ -270,7 +277,8 @@ TEST(Device, StreamPoolsAreLazyAndRoundRobin) {
   EXPECT_EQ(&d.stream(0), &d.default_stream());
   EXPECT_EQ(d.streams().size(), static_cast<size_t>(Device::kPoolSize + 3));
   EXPECT_EQ(message_of<Error>([&] { d.stream(Device::kPoolSize + 3); }),
-            "neuron:5 has no stream 35; streams 0-34 exist (0 is the default stream, pool streams are created "
+            "neuron:5 has no stream 35; streams 0-34 exist (0 is the default stream, pool streams "
+            "are created "
             "on first use)");
   EXPECT_THROW(d.stream(-1), Error);
   EXPECT_THROW(d.stream(1000), Error);

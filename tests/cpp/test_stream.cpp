@@ -121,7 +121,8 @@ TEST(Stream, TaskErrorSurfacesAtSynchronizeWithNameDeviceAndStream) {
   std::atomic<bool> later_ran{false};
   s.launch("my_kernel", [] { throw std::runtime_error("boom"); });
   s.launch("later", [&] { later_ran = true; });
-  EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }), "my_kernel failed on neuron:3 (stream 5): boom");
+  EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }),
+            "my_kernel failed on neuron:3 (stream 5): boom");
   EXPECT_TRUE(later_ran.load());
   s.synchronize();  // cleared after being raised once
   EXPECT_TRUE(s.query());
@@ -151,9 +152,11 @@ TEST(Stream, KeepsTheFirstErrorOnly) {
 TEST(Stream, KeepsOutOfMemoryAndConfigErrorTypes) {
   Stream s(1, 0, 0);
   s.launch("alloc", [] { throw OutOfMemoryError("no room"); });
-  EXPECT_EQ(error_of<OutOfMemoryError>([&] { s.synchronize(); }), "alloc failed on neuron:1 (stream 0): no room");
+  EXPECT_EQ(error_of<OutOfMemoryError>([&] { s.synchronize(); }),
+            "alloc failed on neuron:1 (stream 0): no room");
   s.launch("cfg", [] { throw ConfigError("X=1: bad"); });
-  EXPECT_EQ(error_of<ConfigError>([&] { s.synchronize(); }), "cfg failed on neuron:1 (stream 0): X=1: bad");
+  EXPECT_EQ(error_of<ConfigError>([&] { s.synchronize(); }),
+            "cfg failed on neuron:1 (stream 0): X=1: bad");
   s.launch("plain", [] { throw std::logic_error("nope"); });
   try {
     s.synchronize();
@@ -164,7 +167,8 @@ TEST(Stream, KeepsOutOfMemoryAndConfigErrorTypes) {
     EXPECT_STREQ(e.what(), "plain failed on neuron:1 (stream 0): nope");
   }
   s.launch("odd", [] { throw 42; });
-  EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }), "odd failed on neuron:1 (stream 0): unknown exception");
+  EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }),
+            "odd failed on neuron:1 (stream 0): unknown exception");
 }
 
 TEST(Stream, QueryRethrowsAndClears) {
@@ -188,8 +192,10 @@ TEST(Stream, SynchronizeFromItsOwnTaskIsAnErrorNotAHang) {
   Stream s(0, 4, 0);
   s.launch("self_sync", [&s] { s.synchronize(); });
   const std::string msg = error_of<Error>([&] { s.synchronize(); });
-  EXPECT_NE(msg.find("self_sync failed on neuron:0 (stream 4): a task on neuron:0 (stream 4) waited for work"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find(
+          "self_sync failed on neuron:0 (stream 4): a task on neuron:0 (stream 4) waited for work"),
+      std::string::npos)
       << msg;
 }
 
@@ -238,7 +244,8 @@ TEST(Stream, ConcurrentProducersAllTasksRun) {
   std::vector<std::thread> producers;
   for (int t = 0; t < 3; ++t) {
     producers.emplace_back([&] {
-      for (int i = 0; i < 1000; ++i) s.launch("inc", [&] { count.fetch_add(1, std::memory_order_relaxed); });
+      for (int i = 0; i < 1000; ++i)
+        s.launch("inc", [&] { count.fetch_add(1, std::memory_order_relaxed); });
     });
   }
   for (auto& p : producers) p.join();
@@ -285,7 +292,8 @@ TEST(Trace, ChromeJsonEscapesNames) {
   std::vector<TraceEvent> events = {{"a\"b\\c\nd\x01", 1, 2, 1500, 4750}, {"plain", 0, 0, 0, 1}};
   EXPECT_EQ(Tracer::to_chrome_json(events),
             "{\"traceEvents\":["
-            "{\"name\":\"a\\\"b\\\\c\\nd\\u0001\",\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":1.500,\"dur\":3.250},"
+            "{\"name\":\"a\\\"b\\\\c\\nd\\u0001\",\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":1.500,"
+            "\"dur\":3.250},"
             "{\"name\":\"plain\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":0.000,\"dur\":0.001}]}");
   EXPECT_EQ(Tracer::to_chrome_json({}), "{\"traceEvents\":[]}");
 }

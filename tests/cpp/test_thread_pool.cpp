@@ -25,7 +25,8 @@ std::vector<Chunk> run_and_collect(int64_t begin, int64_t end, int64_t grain) {
     std::lock_guard<std::mutex> lock(mu);
     chunks.push_back({b, e});
   });
-  std::sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.begin < y.begin; });
+  std::sort(chunks.begin(), chunks.end(),
+            [](const Chunk& x, const Chunk& y) { return x.begin < y.begin; });
   return chunks;
 }
 
@@ -43,7 +44,8 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
       parallel_for(5, 5 + n, grain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) hits[i - 5].fetch_add(1);
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " grain=" << grain << " i=" << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " grain=" << grain << " i=" << i;
     }
   }
 }
@@ -96,7 +98,8 @@ TEST(ThreadPool, NestedCallsRunInlineOnTheSameThread) {
     for (int64_t o = b; o < e; ++o) {
       const auto outer_thread = std::this_thread::get_id();
       parallel_for(o * 100, o * 100 + 100, 1, [&](int64_t ib, int64_t ie) {
-        if (std::this_thread::get_id() != outer_thread || ib != o * 100 || ie != o * 100 + 100) mismatches++;
+        if (std::this_thread::get_id() != outer_thread || ib != o * 100 || ie != o * 100 + 100)
+          mismatches++;
         for (int64_t i = ib; i < ie; ++i) hits[i]++;
       });
     }
@@ -116,7 +119,8 @@ TEST(ThreadPool, ExceptionsPropagateToTheCaller) {
   }
   EXPECT_FALSE(in_parallel_region());
   // Inline path too.
-  EXPECT_THROW(parallel_for(0, 1, 1, [](int64_t, int64_t) { throw std::logic_error("x"); }), std::logic_error);
+  EXPECT_THROW(parallel_for(0, 1, 1, [](int64_t, int64_t) { throw std::logic_error("x"); }),
+               std::logic_error);
   EXPECT_FALSE(in_parallel_region());
   // The pool still works afterwards.
   std::atomic<int64_t> sum{0};

@@ -33,8 +33,8 @@ std::vector<int> global_ids(const Topology& t) {
 }  // namespace
 
 TEST(Profiles, KnownNamesInStableOrder) {
-  EXPECT_EQ(profile_names(),
-            (std::vector<std::string>{"trn2.3xlarge", "trn2.48xlarge", "trn1.2xlarge", "trn1.32xlarge"}));
+  EXPECT_EQ(profile_names(), (std::vector<std::string>{"trn2.3xlarge", "trn2.48xlarge",
+                                                       "trn1.2xlarge", "trn1.32xlarge"}));
   EXPECT_FALSE(find_profile("trn3.huge").has_value());
 }
 
@@ -123,26 +123,31 @@ TEST(Topology, Lnc1DoublesTheLogicalCores) {
 }
 
 TEST(Topology, BothLncVariablesMayBeSetWhenTheyAgree) {
-  Topology t = Topology::from_env({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VIRTUAL_CORE_SIZE", "1"}});
+  Topology t =
+      Topology::from_env({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VIRTUAL_CORE_SIZE", "1"}});
   EXPECT_EQ(t.lnc, 1);
-  EXPECT_EQ(config_error({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VIRTUAL_CORE_SIZE", "2"}}),
-            "NEURON_LOGICAL_NC_CONFIG=1 and NEURON_RT_VIRTUAL_CORE_SIZE=2 disagree; both set the logical "
-            "NeuronCore size, set only one");
+  EXPECT_EQ(
+      config_error({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VIRTUAL_CORE_SIZE", "2"}}),
+      "NEURON_LOGICAL_NC_CONFIG=1 and NEURON_RT_VIRTUAL_CORE_SIZE=2 disagree; both set the logical "
+      "NeuronCore size, set only one");
 }
 
 TEST(Topology, LncOutsideTheProfilesSetIsRejected) {
-  EXPECT_EQ(config_error({{"NEURON_EMU_INSTANCE_TYPE", "trn1.2xlarge"}, {"NEURON_LOGICAL_NC_CONFIG", "2"}}),
+  EXPECT_EQ(config_error(
+                {{"NEURON_EMU_INSTANCE_TYPE", "trn1.2xlarge"}, {"NEURON_LOGICAL_NC_CONFIG", "2"}}),
             "NEURON_LOGICAL_NC_CONFIG=2: trn1.2xlarge (NeuronCore-v2) supports only LNC 1");
   EXPECT_EQ(config_error({{"NEURON_LOGICAL_NC_CONFIG", "3"}}),
             "NEURON_LOGICAL_NC_CONFIG=3: trn2.3xlarge (NeuronCore-v3) supports only LNC 1 or 2");
-  EXPECT_EQ(config_error({{"NEURON_RT_VIRTUAL_CORE_SIZE", "two"}}),
-            "NEURON_RT_VIRTUAL_CORE_SIZE=two: trn2.3xlarge (NeuronCore-v3) supports only LNC 1 or 2");
+  EXPECT_EQ(
+      config_error({{"NEURON_RT_VIRTUAL_CORE_SIZE", "two"}}),
+      "NEURON_RT_VIRTUAL_CORE_SIZE=two: trn2.3xlarge (NeuronCore-v3) supports only LNC 1 or 2");
 }
 
 TEST(Topology, UnknownInstanceTypeListsTheKnownOnes) {
-  EXPECT_EQ(config_error({{"NEURON_EMU_INSTANCE_TYPE", "trn9.nano"}}),
-            "NEURON_EMU_INSTANCE_TYPE=trn9.nano: unknown instance type; known types are trn2.3xlarge, "
-            "trn2.48xlarge, trn1.2xlarge, trn1.32xlarge");
+  EXPECT_EQ(
+      config_error({{"NEURON_EMU_INSTANCE_TYPE", "trn9.nano"}}),
+      "NEURON_EMU_INSTANCE_TYPE=trn9.nano: unknown instance type; known types are trn2.3xlarge, "
+      "trn2.48xlarge, trn1.2xlarge, trn1.32xlarge");
 }
 
 TEST(Topology, EachProfileWithItsDefaultLnc) {
@@ -151,8 +156,9 @@ TEST(Topology, EachProfileWithItsDefaultLnc) {
     int lnc, per_device, total;
     uint64_t capacity;
   };
-  for (const Case& c : {Case{"trn2.3xlarge", 2, 4, 4, 24 * kGiB}, Case{"trn2.48xlarge", 2, 4, 64, 24 * kGiB},
-                        Case{"trn1.2xlarge", 1, 2, 2, 16 * kGiB}, Case{"trn1.32xlarge", 1, 2, 32, 16 * kGiB}}) {
+  for (const Case& c :
+       {Case{"trn2.3xlarge", 2, 4, 4, 24 * kGiB}, Case{"trn2.48xlarge", 2, 4, 64, 24 * kGiB},
+        Case{"trn1.2xlarge", 1, 2, 2, 16 * kGiB}, Case{"trn1.32xlarge", 1, 2, 32, 16 * kGiB}}) {
     Topology t = Topology::from_env({{"NEURON_EMU_INSTANCE_TYPE", c.name}});
     EXPECT_EQ(t.profile.name, c.name);
     EXPECT_EQ(t.lnc, c.lnc) << c.name;
@@ -162,7 +168,8 @@ TEST(Topology, EachProfileWithItsDefaultLnc) {
     EXPECT_EQ(t.visible.back().device, t.profile.num_devices - 1) << c.name;
     EXPECT_EQ(t.visible.back().hbm_capacity, c.capacity) << c.name;
   }
-  Topology big = Topology::from_env({{"NEURON_EMU_INSTANCE_TYPE", "trn2.48xlarge"}, {"NEURON_LOGICAL_NC_CONFIG", "1"}});
+  Topology big = Topology::from_env(
+      {{"NEURON_EMU_INSTANCE_TYPE", "trn2.48xlarge"}, {"NEURON_LOGICAL_NC_CONFIG", "1"}});
   EXPECT_EQ(big.total_logical_cores, 128);
   EXPECT_EQ(big.visible[127].device, 15);
   EXPECT_EQ(big.visible[127].physical_first, 7);
@@ -173,19 +180,21 @@ TEST(Topology, VisibleCoresForms) {
     const char* value;
     std::vector<int> ids;
   };
-  for (const Case& c : {Case{"2", {2}}, Case{"1-3", {1, 2, 3}}, Case{"0,2", {0, 2}}, Case{"0-1,3", {0, 1, 3}},
-                        Case{" 1 , 3 ", {1, 3}}, Case{"3,1-2,1", {1, 2, 3}}}) {
+  for (const Case& c :
+       {Case{"2", {2}}, Case{"1-3", {1, 2, 3}}, Case{"0,2", {0, 2}}, Case{"0-1,3", {0, 1, 3}},
+        Case{" 1 , 3 ", {1, 3}}, Case{"3,1-2,1", {1, 2, 3}}}) {
     Topology t = Topology::from_env({{"NEURON_RT_VISIBLE_CORES", c.value}});
     EXPECT_EQ(global_ids(t), c.ids) << c.value;
-    for (size_t i = 0; i < t.visible.size(); ++i) EXPECT_EQ(t.visible[i].index, static_cast<int>(i));
+    for (size_t i = 0; i < t.visible.size(); ++i)
+      EXPECT_EQ(t.visible[i].index, static_cast<int>(i));
   }
   Topology t = Topology::from_env({{"NEURON_RT_VISIBLE_CORES", "2"}});
   EXPECT_EQ(t.visible[0].physical_first, 4);  // logical core 2 = physical cores 4-5
 }
 
 TEST(Topology, VisibleCoresOnAMultiDeviceInstanceMapToTheirDevice) {
-  Topology t =
-      Topology::from_env({{"NEURON_EMU_INSTANCE_TYPE", "trn2.48xlarge"}, {"NEURON_RT_VISIBLE_CORES", "33,63"}});
+  Topology t = Topology::from_env(
+      {{"NEURON_EMU_INSTANCE_TYPE", "trn2.48xlarge"}, {"NEURON_RT_VISIBLE_CORES", "33,63"}});
   ASSERT_EQ(t.visible.size(), 2u);
   EXPECT_EQ(t.visible[0].device, 8);
   EXPECT_EQ(t.visible[0].physical_first, 2);
@@ -200,44 +209,57 @@ TEST(Topology, VisibleCoresBadForms) {
             "NEURON_RT_VISIBLE_CORES=9: core 9 does not exist; " + where);
   EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", "2-5"}}),
             "NEURON_RT_VISIBLE_CORES=2-5: core 5 does not exist; " + where);
-  EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", "a"}}),
-            "NEURON_RT_VISIBLE_CORES=a: 'a' is not a core id or range; " + forms + " (" + where + ")");
+  EXPECT_EQ(
+      config_error({{"NEURON_RT_VISIBLE_CORES", "a"}}),
+      "NEURON_RT_VISIBLE_CORES=a: 'a' is not a core id or range; " + forms + " (" + where + ")");
   EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", "3-1"}}),
             "NEURON_RT_VISIBLE_CORES=3-1: range 3-1 is reversed; write it as 1-3");
   EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", ""}}),
             "NEURON_RT_VISIBLE_CORES=: empty core list; " + forms + " (" + where + ")");
-  EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", "1,"}}),
-            "NEURON_RT_VISIBLE_CORES=1,: '' is not a core id or range; " + forms + " (" + where + ")");
+  EXPECT_EQ(
+      config_error({{"NEURON_RT_VISIBLE_CORES", "1,"}}),
+      "NEURON_RT_VISIBLE_CORES=1,: '' is not a core id or range; " + forms + " (" + where + ")");
   for (const char* bad : {"-1", "1-2-3", "1.5", "0x1", ",", "1--2"}) {
     const std::string msg = config_error({{"NEURON_RT_VISIBLE_CORES", bad}});
     EXPECT_EQ(msg.rfind(std::string("NEURON_RT_VISIBLE_CORES=") + bad + ": ", 0), 0u) << msg;
     EXPECT_NE(msg.find("is not a core id or range"), std::string::npos) << msg;
   }
   // With LNC 1 there are 8 logical cores, so 7 exists and 8 does not.
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VISIBLE_CORES", "7"}})),
+  EXPECT_EQ(global_ids(Topology::from_env(
+                {{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VISIBLE_CORES", "7"}})),
             std::vector<int>{7});
   EXPECT_EQ(config_error({{"NEURON_LOGICAL_NC_CONFIG", "1"}, {"NEURON_RT_VISIBLE_CORES", "8"}}),
-            "NEURON_RT_VISIBLE_CORES=8: core 8 does not exist; trn2.3xlarge with LNC 1 has logical cores 0-7");
-  EXPECT_NE(config_error({{"NEURON_RT_VISIBLE_CORES", "99999999999999999999"}}).find("does not exist"),
-            std::string::npos);
+            "NEURON_RT_VISIBLE_CORES=8: core 8 does not exist; trn2.3xlarge with LNC 1 has logical "
+            "cores 0-7");
+  EXPECT_NE(
+      config_error({{"NEURON_RT_VISIBLE_CORES", "99999999999999999999"}}).find("does not exist"),
+      std::string::npos);
 }
 
 TEST(Topology, NumCores) {
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "2"}})), (std::vector<int>{0, 1}));
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "0"}})), (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "4"}})), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "2"}})),
+            (std::vector<int>{0, 1}));
+  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "0"}})),
+            (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_NUM_CORES", "4"}})),
+            (std::vector<int>{0, 1, 2, 3}));
   // Both set: the first n of the visible list.
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_VISIBLE_CORES", "1-3"}, {"NEURON_RT_NUM_CORES", "2"}})),
+  EXPECT_EQ(global_ids(Topology::from_env(
+                {{"NEURON_RT_VISIBLE_CORES", "1-3"}, {"NEURON_RT_NUM_CORES", "2"}})),
             (std::vector<int>{1, 2}));
-  EXPECT_EQ(global_ids(Topology::from_env({{"NEURON_RT_VISIBLE_CORES", "3"}, {"NEURON_RT_NUM_CORES", "2"}})),
+  EXPECT_EQ(global_ids(Topology::from_env(
+                {{"NEURON_RT_VISIBLE_CORES", "3"}, {"NEURON_RT_NUM_CORES", "2"}})),
             (std::vector<int>{3}));
   EXPECT_EQ(config_error({{"NEURON_RT_NUM_CORES", "5"}}),
-            "NEURON_RT_NUM_CORES=5: expected an integer in [0, 4]; trn2.3xlarge with LNC 2 has 4 logical cores "
+            "NEURON_RT_NUM_CORES=5: expected an integer in [0, 4]; trn2.3xlarge with LNC 2 has 4 "
+            "logical cores "
             "(0 means all)");
   EXPECT_EQ(config_error({{"NEURON_RT_NUM_CORES", "-1"}}),
-            "NEURON_RT_NUM_CORES=-1: expected an integer in [0, 4]; trn2.3xlarge with LNC 2 has 4 logical cores "
+            "NEURON_RT_NUM_CORES=-1: expected an integer in [0, 4]; trn2.3xlarge with LNC 2 has 4 "
+            "logical cores "
             "(0 means all)");
-  EXPECT_NE(config_error({{"NEURON_RT_NUM_CORES", "many"}}).find("NEURON_RT_NUM_CORES=many"), std::string::npos);
+  EXPECT_NE(config_error({{"NEURON_RT_NUM_CORES", "many"}}).find("NEURON_RT_NUM_CORES=many"),
+            std::string::npos);
 }
 
 TEST(Topology, HbmOverrideIsGiBPerLogicalCore) {
@@ -249,7 +271,8 @@ TEST(Topology, HbmOverrideIsGiBPerLogicalCore) {
   for (const char* bad : {"0", "-1", "abc", "nan", "1GB"}) {
     EXPECT_EQ(config_error({{"NEURON_EMU_HBM_GB", bad}}),
               std::string("NEURON_EMU_HBM_GB=") + bad +
-                  ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the trn2.3xlarge "
+                  ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the "
+                  "trn2.3xlarge "
                   "default is 24");
   }
 }
