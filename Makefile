@@ -74,7 +74,7 @@ test: build
 	@echo "== C++ tests (ctest) =="
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@echo "== Python tests (pytest) =="
-	$(RUN_ENV) $(VPY) -m pytest -q tests/python tests/workloads tests/conformance -m "not slow"
+	$(RUN_ENV) $(VPY) -m pytest -q $(wildcard tests/python tests/workloads tests/conformance) -m "not slow"
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
