@@ -13,8 +13,9 @@ def test_work_is_queued_then_synchronized():
     queued = time.perf_counter() - t0
     stream = torch.neuron.current_stream()
     assert not stream.query()  # still running
+    assert not torch.neuron.query()
     torch.neuron.synchronize()
-    assert stream.query()
+    assert stream.query() and torch.neuron.query()
     assert x.sum().item() == 3000.0
     # The launches returned before the 200 ms of device work finished.
     assert queued < 0.2

@@ -102,6 +102,11 @@ def wait_event(event: torch.Event) -> None:
     current_stream().wait_event(event)
 
 
+def query(device=None) -> bool:
+    """True when all work queued on the current stream of `device` has finished."""
+    return current_stream(device).query()
+
+
 def record_event(enable_timing: bool = False) -> Event:
     ev = Event(enable_timing=enable_timing)
     ev.record(current_stream())
