@@ -154,11 +154,14 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   };
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[begin + i];
+    const bool is_out = schema.arguments()[i].is_out();
     if (v.isTensor()) {
       const at::Tensor t = v.toTensor();
       if (!is_neuron(t)) continue;
       note_target(t);
-      Arg a{{t}, {to_cpu(t)}};
+      // An out= tensor is only written: hand the CPU kernel an empty one (no copy to the host,
+      // and the kernel resizes it silently); the result is copied back, resizing the original.
+      Arg a{{t}, {is_out ? at::empty({0}, t.options().device(at::kCPU)) : to_cpu(t)}};
       v = c10::IValue(*a.cpu[0]);
       converted[i] = std::move(a);
     } else if (v.isTensorList()) {
@@ -167,7 +170,8 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
       for (const at::Tensor& t : v.toTensorVector()) {
         note_target(t);
         a.original.emplace_back(t);
-        a.cpu.emplace_back(to_cpu(t));
+        // out= lists must keep their sizes (kernels check them) but not their contents.
+        a.cpu.emplace_back(is_out && is_neuron(t) ? at::empty_like(t, t.options().device(at::kCPU)) : to_cpu(t));
         cpu_list.push_back(*a.cpu.back());
       }
       v = c10::IValue(cpu_list);

@@ -16,6 +16,7 @@
 namespace py = pybind11;
 
 namespace neuron::torch_glue {
+void bind_distributed(py::module_& m);
 namespace {
 
 template <typename F>
@@ -105,6 +106,9 @@ PYBIND11_MODULE(_C, m) {
       return reinterpret_cast<rt::Event*>(start)->elapsed_ms(*reinterpret_cast<rt::Event*>(end));
     });
   });
+
+  // Defines _ProcessGroupNeuron; call after `import torch.distributed`.
+  m.def("_init_distributed", [m]() mutable { bind_distributed(m); });
 
   m.def("_get_fallback_ops", [] { return fallback_ops(); });
   m.def("_get_executed_ops", [] { return executed_ops(); });

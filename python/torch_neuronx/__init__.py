@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 _register_device()
 
-from . import neuron  # noqa: E402  (needs the registered device)
+from . import distributed, neuron  # noqa: E402  (need the registered device)
 from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 from .neuron import (  # noqa: E402
     Event,
