@@ -10,3 +10,9 @@ bash examples/lab0/env_check.sh
 echo
 echo "################ Lab 1, Step 1: device & tensor basics ################"
 (cd examples/lab1 && ../../$PY step1_device_basics.py)
+
+echo
+echo "################ Lab 1, Step 5: FSDP with torchrun (4 NeuronCores) ################"
+(cd examples/lab1 && NEURON_RT_VIRTUAL_CORE_SIZE=2 NEURON_RT_NUM_CORES=4 \
+  ../../.venv/bin/torchrun --nproc_per_node 4 --rdzv_backend c10d --rdzv_endpoint localhost:29500 \
+  distributed_fsdp.py 2> >(grep -v -E "Warning|warnings.warn|return func|OMP_NUM_THREADS|^\*+$|^W[0-9]" >&2))
