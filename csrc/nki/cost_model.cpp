@@ -28,10 +28,11 @@ namespace {
 
 bool is16(DT t) { return t == DT::BFloat16 || t == DT::Float16; }
 
-// Elements of the innermost run that is contiguous in memory.
-int64_t contiguous_run(const Ap& a) {
+// Elements of the innermost run that is contiguous in memory (on chip a run never spans
+// partitions: every partition is its own descriptor).
+int64_t contiguous_run(const Ap& a, bool on_chip) {
   int64_t run = 1, expect = 1;
-  for (int d = a.ndim - 1; d >= 0; --d) {
+  for (int d = a.ndim - 1; d >= (on_chip ? 1 : 0); --d) {
     if (a.num[d] == 1) continue;
     if (a.step[d] != expect) break;
     run *= a.num[d];
@@ -81,8 +82,10 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
       int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) / p.partitions_per_dma_engine)
                         : static_cast<int>(std::max<int64_t>(1, bytes / 2048));
       q = std::clamp(q, 1, p.dma_engines);
-      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d), contiguous_run(s)));
-      const double chunks = static_cast<double>(n) / static_cast<double>(run);
+      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d, mem(0) != Mem::Hbm), contiguous_run(s, mem(1) != Mem::Hbm)));
+      // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
+      const double chunks = in.i[2] ? static_cast<double>(std::max<int64_t>(parts, 1))
+                                    : static_cast<double>(n) / static_cast<double>(run);
       double data = static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
       if (in.i[2]) data /= (mem(1) == Mem::Hbm ? 0.9 : 0.5);  // DMA transpose efficiency
       c.ns = data;

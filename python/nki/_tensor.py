@@ -219,14 +219,14 @@ class IndexExpr:
     def __ge__(self, v):
         return self._cmp(">=", v)
 
-    def range(self) -> tuple[int, int]:
+    def range(self, restrict: dict | None = None) -> tuple[int, int]:
+        """Min and max value; `restrict` maps grid axes to (lo, hi) index ranges (a mask)."""
         lo = hi = self.const
         for v, c in self.terms.items():
-            ext = c * (v.size - 1)
-            if ext < 0:
-                lo += ext
-            else:
-                hi += ext
+            a, b = (restrict or {}).get(v.axis, (0, v.size - 1))
+            x, y = c * a, c * b
+            lo += min(x, y)
+            hi += max(x, y)
         return lo, hi
 
 
@@ -294,7 +294,7 @@ class NkiTensor:
     with an int and cannot be moved by view operations.
     """
 
-    __slots__ = ("_b", "shape", "dtype", "_offset", "_steps", "_reg", "_base")
+    __slots__ = ("_b", "shape", "dtype", "_offset", "_steps", "_reg", "_base", "_bounds")
 
     def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False):
         self._b = b
@@ -304,6 +304,9 @@ class NkiTensor:
         self._steps = tuple(int(s) for s in steps)
         self._reg = reg  # (VirtualRegister, scale) or None
         self._base = base
+        # Index-grid dimensions that exceed the tensor unless a mask restricts them:
+        # [(expr, dim_size, dim)], checked by _apply_mask / when the view is used.
+        self._bounds = None
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -347,6 +350,13 @@ class NkiTensor:
         raise TypeError("an NkiTensor has no truth value at trace time")
 
     def _ap(self) -> tuple:
+        if self._bounds:
+            expr, size, d = self._bounds[0]
+            lo, hi = expr.range()
+            raise IndexError(
+                f"index expression covers {lo}..{hi} on dimension {d} of size {size} of '{self.name}' "
+                "(restrict it with mask=...)"
+            )
         shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
         return (self._b.id, self.dtype.code, self._offset, steps, shape, reg, scale)
@@ -462,12 +472,11 @@ class NkiTensor:
         sizes = [1] * ndim
         steps = [0] * ndim
         off = self._offset
+        pending = []
         for d, e in enumerate(exprs):
             lo, hi = e.range()
             if lo < 0 or hi >= self.shape[d]:
-                raise IndexError(
-                    f"index expression covers {lo}..{hi} on dimension {d} of size {self.shape[d]} (shape {self.shape})"
-                )
+                pending.append((e, self.shape[d], d))
             off += e.const * self._steps[d]
             for v, c in e.terms.items():
                 if sizes[v.axis] not in (1, v.size):
@@ -476,7 +485,9 @@ class NkiTensor:
                 steps[v.axis] += c * self._steps[d]
         rest_shape = list(self.shape[len(exprs) :])
         rest_steps = list(self._steps[len(exprs) :])
-        return NkiTensor(self._b, sizes + rest_shape, self.dtype, off, steps + rest_steps, self._reg)
+        t = NkiTensor(self._b, sizes + rest_shape, self.dtype, off, steps + rest_steps, self._reg)
+        t._bounds = pending or None
+        return t
 
     def __setitem__(self, idx, value) -> None:
         from . import language as nl

@@ -356,11 +356,20 @@ def _apply_mask(mask, *tensors):
     if not isinstance(mask, Mask):
         raise TypeError(f"mask must be an index-grid predicate such as (ix < n), got {mask!r}")
     ranges = mask.axis_ranges()
+    if any(hi < lo for lo, hi in ranges.values()):
+        return None
     out = []
     for t in tensors:
         if t is None or not _is_t(t):
             out.append(t)
             continue
+        for expr, size, d in t._bounds or ():
+            lo, hi = expr.range(ranges)
+            if lo < 0 or hi >= size:
+                raise IndexError(
+                    f"index expression covers {lo}..{hi} on dimension {d} of size {size} of '{t.name}' "
+                    "even with the mask applied"
+                )
         shape, off = list(t.shape), t.offset
         for axis, (lo, hi) in ranges.items():
             if axis >= t.ndim:
