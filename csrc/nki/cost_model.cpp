@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <map>
 
 namespace neuron::nki {
 
@@ -227,6 +228,43 @@ Box box_of(const Ap& a, int64_t dyn, const Buffer& b) {
   return bx;
 }
 
+// Busy intervals of one DMA engine, kept merged.
+class Timeline {
+ public:
+  // Earliest start >= t of a gap of length d.
+  double earliest(double t, double d) const {
+    auto it = busy_.upper_bound(t);
+    if (it != busy_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second > t) t = prev->second;
+    }
+    for (; it != busy_.end(); ++it) {
+      if (t + d <= it->first) return t;
+      t = std::max(t, it->second);
+    }
+    return t;
+  }
+  void insert(double s, double e) {
+    auto it = busy_.lower_bound(s);
+    if (it != busy_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second >= s) {
+        s = prev->first;
+        e = std::max(e, prev->second);
+        it = busy_.erase(prev);
+      }
+    }
+    while (it != busy_.end() && it->first <= e) {
+      e = std::max(e, it->second);
+      it = busy_.erase(it);
+    }
+    busy_.emplace(s, e);
+  }
+
+ private:
+  std::map<double, double> busy_;
+};
+
 struct Access {
   Box box;
   double end;
@@ -261,7 +299,10 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
   std::vector<std::deque<Access>> acc(bufs.size());
   constexpr size_t kKeep = 64;
   double lane_free[5] = {0, 0, 0, 0, 0};
-  std::vector<double> q_free(static_cast<size_t>(p.dma_engines), 0.0);
+  // DMA engines serve many queues round robin, so a transfer that becomes ready early is not
+  // held up by one issued before it in program order: each engine keeps its busy intervals
+  // and a transfer takes the earliest gap at or after its ready time.
+  std::vector<Timeline> q_busy(static_cast<size_t>(p.dma_engines));
   const size_t count = trace ? trace->size() : instrs.size();
   std::vector<int> qidx(static_cast<size_t>(p.dma_engines));
 
@@ -287,15 +328,20 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
     }
     double start, end;
     if (c.engine == Engine::Dma) {
-      for (int q = 0; q < p.dma_engines; ++q) qidx[q] = q;
+      const double at = ready + c.latency_ns;
+      std::vector<double> fits(static_cast<size_t>(p.dma_engines));
+      for (int q = 0; q < p.dma_engines; ++q) {
+        qidx[q] = q;
+        fits[static_cast<size_t>(q)] = q_busy[static_cast<size_t>(q)].earliest(at, c.ns);
+      }
       std::partial_sort(qidx.begin(), qidx.begin() + c.queues, qidx.end(),
-                        [&](int a, int b) { return q_free[a] < q_free[b]; });
+                        [&](int a, int b) { return fits[static_cast<size_t>(a)] < fits[static_cast<size_t>(b)]; });
       start = 1e300;
       end = 0;
       for (int j = 0; j < c.queues; ++j) {
-        double& f = q_free[static_cast<size_t>(qidx[j])];
-        const double s = std::max(ready + c.latency_ns, f);
-        f = s + c.ns;
+        const double s = fits[static_cast<size_t>(qidx[j])];
+        const double f = s + c.ns;
+        q_busy[static_cast<size_t>(qidx[j])].insert(s, f);
         start = std::min(start, s);
         end = std::max(end, f);
         if (est.events.size() < max_events) {
