@@ -65,9 +65,17 @@ inline float apply(Alu op, float a, float b) {
 
 // Tight loops for the common operators (vectorised by the compiler); the rest go through
 // the scalar switch.
+// Elementwise loops: `o` may alias `a` or `b` element for element (in-place instructions),
+// which is no loop-carried dependence, so vectorisation is safe (ivdep).
 template <typename F>
 inline void loop_vv(const float* a, const float* b, float* o, int64_t n, F f) {
+#pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+}
+template <typename F>
+inline void loop_vs(const float* a, float s, float* o, int64_t n, F f) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], s);
 }
 
 float act(Act op, float x) {
@@ -175,6 +183,8 @@ void alu_vv(Alu op, const float* a, const float* b, float* o, int64_t n) {
     case Alu::Subtract: return loop_vv(a, b, o, n, [](float x, float y) { return x - y; });
     case Alu::Multiply: return loop_vv(a, b, o, n, [](float x, float y) { return x * y; });
     case Alu::Divide: return loop_vv(a, b, o, n, [](float x, float y) { return x / y; });
+    case Alu::Max: return loop_vv(a, b, o, n, [](float x, float y) { return x > y || x != x ? x : y; });
+    case Alu::Min: return loop_vv(a, b, o, n, [](float x, float y) { return x < y || x != x ? x : y; });
     default:
       for (int64_t i = 0; i < n; ++i) o[i] = apply(op, a[i], b[i]);
   }
@@ -183,25 +193,28 @@ void alu_vv(Alu op, const float* a, const float* b, float* o, int64_t n) {
 void alu_vs(Alu op, const float* a, float s, bool reverse, float* o, int64_t n) {
   if (!reverse) {
     switch (op) {
-      case Alu::Add:
-        for (int64_t i = 0; i < n; ++i) o[i] = a[i] + s;
-        return;
-      case Alu::Subtract:
-        for (int64_t i = 0; i < n; ++i) o[i] = a[i] - s;
-        return;
-      case Alu::Multiply:
-        for (int64_t i = 0; i < n; ++i) o[i] = a[i] * s;
-        return;
+      case Alu::Add: return loop_vs(a, s, o, n, [](float x, float y) { return x + y; });
+      case Alu::Subtract: return loop_vs(a, s, o, n, [](float x, float y) { return x - y; });
+      case Alu::Multiply: return loop_vs(a, s, o, n, [](float x, float y) { return x * y; });
+      case Alu::Divide: return loop_vs(a, s, o, n, [](float x, float y) { return x / y; });
+      case Alu::Max: return loop_vs(a, s, o, n, [](float x, float y) { return x > y || x != x ? x : y; });
+      case Alu::Min: return loop_vs(a, s, o, n, [](float x, float y) { return x < y || x != x ? x : y; });
       case Alu::Bypass:
-        if (o != a)
-          for (int64_t i = 0; i < n; ++i) o[i] = a[i];
+        if (o != a) loop_vs(a, s, o, n, [](float x, float) { return x; });
         return;
       default:
         for (int64_t i = 0; i < n; ++i) o[i] = apply(op, a[i], s);
         return;
     }
   }
-  for (int64_t i = 0; i < n; ++i) o[i] = apply(op, s, a[i]);
+  switch (op) {
+    case Alu::Subtract: return loop_vs(a, s, o, n, [](float x, float y) { return y - x; });
+    case Alu::Divide: return loop_vs(a, s, o, n, [](float x, float y) { return y / x; });
+    case Alu::Add: return loop_vs(a, s, o, n, [](float x, float y) { return y + x; });
+    case Alu::Multiply: return loop_vs(a, s, o, n, [](float x, float y) { return y * x; });
+    default:
+      for (int64_t i = 0; i < n; ++i) o[i] = apply(op, s, a[i]);
+  }
 }
 
 int64_t alu_ss_i(Alu op, int64_t a, int64_t b) {

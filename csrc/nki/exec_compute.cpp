@@ -116,22 +116,27 @@ void tensor_copy(Ctx& c, Views& w) {
   View &d = w.v[0], &s = w.v[1];
   const int64_t F = s.free();
   const bool raw = d.dtype == s.dtype;
-  for_partitions(s.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    if (raw) {
+  const bool direct = raw && contiguous_rows(s) && contiguous_rows(d);
+  for_blocks(s.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::memmove(d.base + (p0 + r) * d.stride[0], s.base + (p0 + r) * s.stride[0], static_cast<size_t>(F * s.es));
+    } else if (raw) {
       uint8_t* b = sc.db(0, F * s.es);
-      gather_bytes(s, p, b);
-      scatter_bytes(d, p, b);
+      for (int64_t r = 0; r < rows; ++r) {
+        gather_bytes(s, p0 + r, b);
+        scatter_bytes(d, p0 + r, b);
+      }
     } else {
-      float* x = sc.fb(0, F);
-      load_row(s, p, x);
-      store_row(d, p, x);
+      float* x = sc.fb(0, rows * F);
+      gather_f32(s, p0, rows, x);
+      scatter_f32(d, p0, rows, x);
     }
     if (c.check) {
-      uint8_t* df = sc.db(1, F);
-      load_def_row(s, p, df);
-      if (!all_defined(df, F)) c.note_undefined(1);
-      store_def_row(d, p, df);
+      uint8_t* df = sc.db(1, rows * F);
+      gather_def(s, p0, rows, df);
+      if (!all_defined(df, rows * F)) c.note_undefined(1);
+      scatter_def(d, p0, rows, df);
     }
   });
 }
@@ -141,21 +146,21 @@ void memset_op(Ctx& c, Views& w) {
   const int64_t F = d.free();
   const double val = c.in().f[0];
   const bool ints = dt_is_int32(d.dtype);
-  for_partitions(d.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
+  for_blocks(d.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
     if (ints) {
-      int64_t* x = sc.ib(0, F);
-      std::fill(x, x + F, imm_i(val));
-      store_row_i(d, p, x);
+      int64_t* x = sc.ib(0, n);
+      std::fill(x, x + n, imm_i(val));
+      scatter_i64(d, p0, rows, x);
     } else {
-      float* x = sc.fb(0, F);
-      std::fill(x, x + F, static_cast<float>(val));
-      store_row(d, p, x);
+      float* x = sc.fb(0, n);
+      std::fill(x, x + n, static_cast<float>(val));
+      scatter_f32(d, p0, rows, x);
     }
     if (c.check) {
-      uint8_t* df = sc.db(0, F);
-      std::fill(df, df + F, uint8_t{1});
-      store_def_row(d, p, df);
+      uint8_t* df = sc.db(0, n);
+      std::fill(df, df + n, uint8_t{1});
+      scatter_def(d, p0, rows, df);
     }
   });
 }
@@ -235,31 +240,46 @@ void tensor_tensor(Ctx& c, Views& w) {
   const int64_t F = a.free();
   const auto op = static_cast<Alu>(c.in().i[0]);
   const bool ints = int_path(w, {0, 1, 2}, {c.in().i[0]});
-  for_partitions(a.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    if (ints) {
-      int64_t *x = sc.ib(0, F), *y = sc.ib(1, F);
-      load_row_i(a, p, x);
-      load_row_i(b, p, y);
-      alu_vv_i(op, x, y, x, F);
-      store_row_i(d, p, x);
+  const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(b) && f32_rows(d);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r) alu_vv(op, f32_row(a, p0 + r), f32_row(b, p0 + r), f32_row(d, p0 + r), F);
+    } else if (ints) {
+      int64_t *x = sc.ib(0, n), *y = sc.ib(1, n);
+      gather_i64(a, p0, rows, x);
+      gather_i64(b, p0, rows, y);
+      alu_vv_i(op, x, y, x, n);
+      scatter_i64(d, p0, rows, x);
     } else {
-      float *x = sc.fb(0, F), *y = sc.fb(1, F);
-      load_row(a, p, x);
-      load_row(b, p, y);
-      alu_vv(op, x, y, x, F);
-      store_row(d, p, x);
+      float *x = sc.fb(0, n), *y = sc.fb(1, n);
+      gather_f32(a, p0, rows, x);
+      gather_f32(b, p0, rows, y);
+      alu_vv(op, x, y, x, n);
+      scatter_f32(d, p0, rows, x);
     }
     if (c.check) {
-      uint8_t *da = sc.db(0, F), *db = sc.db(1, F);
-      load_def_row(a, p, da);
-      load_def_row(b, p, db);
-      if (!all_defined(da, F)) c.note_undefined(1);
-      if (!all_defined(db, F)) c.note_undefined(2);
-      and_into(da, db, F);
-      store_def_row(d, p, da);
+      uint8_t *da = sc.db(0, n), *db = sc.db(1, n);
+      gather_def(a, p0, rows, da);
+      gather_def(b, p0, rows, db);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      if (!all_defined(db, n)) c.note_undefined(2);
+      and_into(da, db, n);
+      scatter_def(d, p0, rows, da);
     }
   });
+}
+
+// Definedness of a [P, 1] operand for rows p0..p0+rows (all 1 when absent).
+void vec_defs(const Views& w, int k, int64_t p0, int64_t rows, uint8_t* ok) {
+  if (!w.has[k]) return;
+  for (int64_t r = 0; r < rows; ++r) ok[r] &= vec_def(w.v[k], p0 + r);
+}
+
+// Marks whole rows undefined where the per-partition operand was undefined.
+void apply_row_defs(uint8_t* def, const uint8_t* row_ok, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (!row_ok[r]) std::fill(def + r * F, def + (r + 1) * F, uint8_t{0});
 }
 
 void tensor_scalar(Ctx& c, Views& w) {
@@ -271,32 +291,50 @@ void tensor_scalar(Ctx& c, Views& w) {
   const auto op1 = two ? static_cast<Alu>(in.i[1]) : Alu::Bypass;
   const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
   const bool ints = int_path(w, {0, 1, 2, 3}, {in.i[0], in.i[1]});
-  for_partitions(a.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    if (ints) {
-      int64_t* x = sc.ib(0, F);
-      load_row_i(a, p, x);
-      const int64_t s0 = w.has[2] ? vec_at_i(w.v[2], p) : imm_i(in.f[0]);
-      alu_vs_i(op0, x, s0, rev0, x, F);
-      if (two) alu_vs_i(op1, x, w.has[3] ? vec_at_i(w.v[3], p) : imm_i(in.f[1]), rev1, x, F);
-      store_row_i(d, p, x);
+  const bool vec0 = w.has[2], vec1 = two && w.has[3];
+  const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(d);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float* o = f32_row(d, p0 + r);
+        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, o, F);
+        if (two) alu_vs(op1, o, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, o, F);
+      }
+    } else if (ints) {
+      int64_t* x = sc.ib(0, n);
+      gather_i64(a, p0, rows, x);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t* xr = x + r * F;
+        alu_vs_i(op0, xr, vec0 ? vec_at_i(w.v[2], p0 + r) : imm_i(in.f[0]), rev0, xr, F);
+        if (two) alu_vs_i(op1, xr, vec1 ? vec_at_i(w.v[3], p0 + r) : imm_i(in.f[1]), rev1, xr, F);
+      }
+      scatter_i64(d, p0, rows, x);
     } else {
-      float* x = sc.fb(0, F);
-      load_row(a, p, x);
-      const float s0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
-      alu_vs(op0, x, s0, rev0, x, F);
-      if (two) alu_vs(op1, x, w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[1]), rev1, x, F);
-      store_row(d, p, x);
+      float* x = sc.fb(0, n);
+      gather_f32(a, p0, rows, x);
+      if (!vec0 && !vec1) {  // immediates: one pass over the whole block
+        alu_vs(op0, x, static_cast<float>(in.f[0]), rev0, x, n);
+        if (two) alu_vs(op1, x, static_cast<float>(in.f[1]), rev1, x, n);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          float* xr = x + r * F;
+          alu_vs(op0, xr, vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, xr, F);
+          if (two) alu_vs(op1, xr, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, xr, F);
+        }
+      }
+      scatter_f32(d, p0, rows, x);
     }
     if (c.check) {
-      uint8_t* da = sc.db(0, F);
-      load_def_row(a, p, da);
-      uint8_t ok = 1;
-      if (w.has[2]) ok &= vec_def(w.v[2], p);
-      if (two && w.has[3]) ok &= vec_def(w.v[3], p);
-      if (!ok || !all_defined(da, F)) c.note_undefined(1);
-      if (!ok) std::fill(da, da + F, uint8_t{0});
-      store_def_row(d, p, da);
+      uint8_t* da = sc.db(0, n);
+      uint8_t* ok = sc.db(1, rows);
+      gather_def(a, p0, rows, da);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      if (two) vec_defs(w, 3, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
     }
   });
 }
@@ -307,27 +345,31 @@ void scalar_tensor_tensor(Ctx& c, Views& w) {
   const int64_t F = a.free();
   const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
   const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
-  for_partitions(a.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    float *x = sc.fb(0, F), *y = sc.fb(1, F);
-    load_row(a, p, x);
-    load_row(b, p, y);
-    const float s0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
-    alu_vs(op0, x, s0, rev0, x, F);
-    if (rev1) {
-      alu_vv(op1, y, x, x, F);
-    } else {
-      alu_vv(op1, x, y, x, F);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float *x = sc.fb(0, n), *y = sc.fb(1, n);
+    gather_f32(a, p0, rows, x);
+    gather_f32(b, p0, rows, y);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s0 = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]);
+      alu_vs(op0, x + r * F, s0, rev0, x + r * F, F);
     }
-    store_row(d, p, x);
+    if (rev1) {
+      alu_vv(op1, y, x, x, n);
+    } else {
+      alu_vv(op1, x, y, x, n);
+    }
+    scatter_f32(d, p0, rows, x);
     if (c.check) {
-      uint8_t *da = sc.db(0, F), *db = sc.db(1, F);
-      load_def_row(a, p, da);
-      load_def_row(b, p, db);
-      and_into(da, db, F);
-      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
-      if (!all_defined(da, F)) c.note_undefined(1);
-      store_def_row(d, p, da);
+      uint8_t *da = sc.db(0, n), *db = sc.db(1, n), *ok = sc.db(2, rows);
+      gather_def(a, p0, rows, da);
+      gather_def(b, p0, rows, db);
+      and_into(da, db, n);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
     }
   });
 }
@@ -440,33 +482,45 @@ void activation(Ctx& c, Views& w) {
   const bool reduce = in.i[1] >= 0 || w.has[4];
   const auto cmd = static_cast<ReduceCmd>(in.i[2]);
   CoreState& core = c.core;
-  for_partitions(a.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    float* x = sc.fb(0, F);
-    load_row(a, p, x);
-    const float scale = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[0]);
-    const float bias = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[1]);
-    if (scale != 1.0f || bias != 0.0f)
-      for (int64_t i = 0; i < F; ++i) x[i] = x[i] * scale + bias;
-    act_apply(fn, x, x, F);
-    float sum = 0.0f;
-    if (reduce)
-      for (int64_t i = 0; i < F; ++i) sum += x[i];
-    store_row(d, p, x);
-    uint8_t* da = nullptr;
-    uint8_t row_ok = 1;
-    if (c.check) {
-      da = sc.db(0, F);
-      load_def_row(a, p, da);
-      uint8_t ok = 1;
-      if (w.has[2]) ok &= vec_def(w.v[2], p);
-      if (w.has[3]) ok &= vec_def(w.v[3], p);
-      if (!ok) std::fill(da, da + F, uint8_t{0});
-      row_ok = all_defined(da, F);
-      if (!row_ok) c.note_undefined(1);
-      store_def_row(d, p, da);
+  const bool per_row = w.has[2] || w.has[3];
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float* x = sc.fb(0, n);
+    gather_f32(a, p0, rows, x);
+    if (per_row) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float scale = w.has[3] ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[0]);
+        const float bias = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[1]);
+        float* xr = x + r * F;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < F; ++i) xr[i] = xr[i] * scale + bias;
+      }
+    } else if (in.f[0] != 1.0 || in.f[1] != 0.0) {
+      const float scale = static_cast<float>(in.f[0]), bias = static_cast<float>(in.f[1]);
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale + bias;
     }
-    if (reduce && p < 128) {
+    act_apply(fn, x, x, n);
+    scatter_f32(d, p0, rows, x);
+    uint8_t* da = nullptr;
+    if (c.check) {
+      da = sc.db(0, n);
+      uint8_t* ok = sc.db(1, rows);
+      gather_def(a, p0, rows, da);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      vec_defs(w, 3, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
+    }
+    if (!reduce) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t p = p0 + r;
+      if (p >= 128) break;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < F; ++i) sum += x[r * F + i];
+      const uint8_t row_ok = da ? static_cast<uint8_t>(all_defined(da + r * F, F)) : uint8_t{1};
       const float loaded = w.has[4] ? vec_at(w.v[4], p) : 0.0f;
       const uint8_t loaded_def = w.has[4] ? vec_def(w.v[4], p) : 1;
       apply_reduce_cmd(cmd, core.act_acc[p], core.act_acc_def[p], sum, row_ok, loaded, loaded_def, Alu::Add);
@@ -478,17 +532,17 @@ void activation(Ctx& c, Views& w) {
 void reciprocal(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t F = a.free();
-  for_partitions(a.parts(), F, [&](int64_t p) {
-    Scratch& sc = scratch();
-    float* x = sc.fb(0, F);
-    load_row(a, p, x);
-    act_apply(Act::Reciprocal, x, x, F);
-    store_row(d, p, x);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float* x = sc.fb(0, n);
+    gather_f32(a, p0, rows, x);
+    act_apply(Act::Reciprocal, x, x, n);
+    scatter_f32(d, p0, rows, x);
     if (c.check) {
-      uint8_t* da = sc.db(0, F);
-      load_def_row(a, p, da);
-      if (!all_defined(da, F)) c.note_undefined(1);
-      store_def_row(d, p, da);
+      uint8_t* da = sc.db(0, n);
+      gather_def(a, p0, rows, da);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -173,6 +174,76 @@ inline void for_partitions(int64_t parts, int64_t per_part, Fn&& fn) {
   rt::parallel_for(0, parts, grain, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) fn(p);
   });
+}
+
+// Runs fn(p0, rows, scratch) over blocks of partitions sized so that a block of rows of
+// `per_part` elements stays cache resident; blocks run in parallel when the work is large.
+template <typename Fn>
+inline void for_blocks(int64_t parts, int64_t per_part, Fn&& fn) {
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(parts, 8192 / std::max<int64_t>(1, per_part)));
+  const int64_t blocks = (parts + rows - 1) / rows;
+  auto run = [&](int64_t b0, int64_t b1) {
+    Scratch& sc = scratch();
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t p0 = b * rows;
+      fn(p0, std::min(rows, parts - p0), sc);
+    }
+  };
+  if (blocks <= 1 || parts * per_part < 32768 || rt::in_parallel_region()) {
+    run(0, blocks);
+    return;
+  }
+  rt::parallel_for(0, blocks, 1, run);
+}
+
+// Row p of a view as a plain float array when its rows are contiguous fp32 (no copy needed).
+inline float* f32_row(const View& v, int64_t p) {
+  return (v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4) ? reinterpret_cast<float*>(v.base + p * v.stride[0])
+                                                                        : nullptr;
+}
+inline bool f32_rows(const View& v) { return v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4; }
+inline bool contiguous_rows(const View& v) { return v.ndim == 2 && v.stride[1] == v.es; }
+
+// Rows p0..p0+rows of a view as a dense [rows, free] array (and back).
+inline void gather_f32(const View& v, int64_t p0, int64_t rows, float* out) {
+  const int64_t F = v.free();
+  if (F == 1 && v.ndim <= 2) {  // one element per partition: a single strided load
+    load_f32(v.dtype, v.base + p0 * v.stride[0], v.stride[0], rows, out);
+  } else if (v.ndim == 2 && v.dtype == DT::Float32 && v.stride[1] == 4) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * F, v.base + (p0 + r) * v.stride[0], static_cast<size_t>(F) * 4);
+  } else if (v.ndim == 2) {
+    for (int64_t r = 0; r < rows; ++r) load_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, out + r * F);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) load_row(v, p0 + r, out + r * F);
+  }
+}
+inline void scatter_f32(const View& v, int64_t p0, int64_t rows, const float* in) {
+  const int64_t F = v.free();
+  if (F == 1 && v.ndim <= 2) {
+    store_f32(v.dtype, v.base + p0 * v.stride[0], v.stride[0], rows, in);
+  } else if (v.ndim == 2 && v.dtype == DT::Float32 && v.stride[1] == 4) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(v.base + (p0 + r) * v.stride[0], in + r * F, static_cast<size_t>(F) * 4);
+  } else if (v.ndim == 2) {
+    for (int64_t r = 0; r < rows; ++r) store_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, in + r * F);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) store_row(v, p0 + r, in + r * F);
+  }
+}
+inline void gather_i64(const View& v, int64_t p0, int64_t rows, int64_t* out) {
+  const int64_t F = v.free();
+  for (int64_t r = 0; r < rows; ++r) load_row_i(v, p0 + r, out + r * F);
+}
+inline void scatter_i64(const View& v, int64_t p0, int64_t rows, const int64_t* in) {
+  const int64_t F = v.free();
+  for (int64_t r = 0; r < rows; ++r) store_row_i(v, p0 + r, in + r * F);
+}
+inline void gather_def(const View& v, int64_t p0, int64_t rows, uint8_t* out) {
+  const int64_t F = v.free();
+  for (int64_t r = 0; r < rows; ++r) load_def_row(v, p0 + r, out + r * F);
+}
+inline void scatter_def(const View& v, int64_t p0, int64_t rows, const uint8_t* in) {
+  const int64_t F = v.free();
+  for (int64_t r = 0; r < rows; ++r) store_def_row(v, p0 + r, in + r * F);
 }
 
 // Instruction implementations (exec_compute.cpp, exec_tensor.cpp, executor.cpp).

@@ -1,13 +1,53 @@
 // Tensor Engine instructions: nc_matmul (through kernels::gemm in fp32, which is how the PE
 // array accumulates) and nc_transpose.
+#include <dlfcn.h>
+
 #include <cstring>
 
 #include "exec_internal.h"
+#include "kernels/blas.h"
 #include "kernels/gemm.h"
 
 namespace neuron::nki::detail {
 
 namespace {
+
+// MKL's thread-local thread count: matmul tiles are split over the runtime's host pool
+// instead, because MKL's OpenMP workers spin between the many small tile GEMMs and starve the
+// other threads on small hosts.
+// The Fortran-convention entry point (argument by reference) is the one every MKL build exports.
+using SetThreadsFn = int (*)(const int*);
+SetThreadsFn mkl_set_threads_local() {
+  static const SetThreadsFn fn = [] {
+    kernels::blas::functions();  // loads the BLAS library if nothing has yet
+    void* h = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+    return h ? reinterpret_cast<SetThreadsFn>(dlsym(h, "mkl_set_num_threads_local_")) : nullptr;
+  }();
+  return fn;
+}
+
+// C[M, N] (+)= A^T-layout GEMM of one tile, column blocks in parallel, one MKL thread each.
+void tile_gemm(const kernels::GemmProblem& g) {
+  const SetThreadsFn set = mkl_set_threads_local();
+  const int64_t work = g.m * g.n * g.k;
+  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
+  auto run = [&](int64_t n0, int64_t n1) {
+    kernels::GemmProblem q = g;
+    q.n = n1 - n0;
+    q.b = static_cast<const float*>(g.b) + n0 * g.b_cs;
+    q.c = static_cast<float*>(g.c) + n0 * g.c_cs;
+    const int one = 1;
+    const int prev = set ? set(&one) : 0;
+    kernels::gemm(q);
+    if (set) set(&prev);
+  };
+  if (threads <= 1 || work < (int64_t{1} << 21) || g.n < 64) {
+    run(0, g.n);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(32, (g.n + threads - 1) / threads);
+  rt::parallel_for(0, g.n, grain, run);
+}
 
 // Gathers a [K, F] on-chip operand into a dense row-major fp32 matrix (and its definedness).
 void gather(const View& v, float* out, uint8_t* def, bool check) {
@@ -89,7 +129,7 @@ void exec_matmul(Ctx& c) {
       g.c_rs = N;
       g.c_cs = 1;
     }
-    kernels::gemm(g);
+    tile_gemm(g);
   }
   if (!direct)
     for_partitions(M, N, [&](int64_t i) { store_row(d, i, C + i * N); });

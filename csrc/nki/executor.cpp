@@ -1,21 +1,47 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
+
+#include <sys/mman.h>
 
 #include "exec_internal.h"
 
 namespace neuron::nki {
 
+namespace {
+
+constexpr size_t kHuge = size_t{2} << 20;
+
+uint8_t* alloc_onchip(size_t bytes) {
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  std::memset(p, 0, rounded);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+void CoreState::Free::operator()(uint8_t* p) const { std::free(p); }
+
 CoreState::CoreState(const Target& t)
     : target_(t),
-      sbuf_(static_cast<size_t>(Program::sbuf_pitch(t) * t.partitions)),
-      psum_(static_cast<size_t>(Program::psum_pitch(t) * t.partitions)) {}
+      sbuf_bytes_(static_cast<size_t>(Program::sbuf_pitch(t) * t.partitions)),
+      psum_bytes_(static_cast<size_t>(Program::psum_pitch(t) * t.partitions)) {
+  sbuf_.reset(alloc_onchip(sbuf_bytes_));
+  psum_.reset(alloc_onchip(psum_bytes_));
+}
 
 void CoreState::enable_shadow() {
-  sbuf_def_.assign(sbuf_.size(), 0);
-  psum_def_.assign(psum_.size(), 0);
+  sbuf_def_.assign(sbuf_bytes_, 0);
+  psum_def_.assign(psum_bytes_, 0);
 }
 void CoreState::disable_shadow() {
   std::vector<uint8_t>().swap(sbuf_def_);

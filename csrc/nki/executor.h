@@ -51,8 +51,8 @@ class CoreState {
   explicit CoreState(const Target& t);
   const Target& target() const { return target_; }
 
-  uint8_t* sbuf() { return sbuf_.data(); }
-  uint8_t* psum() { return psum_.data(); }
+  uint8_t* sbuf() { return sbuf_.get(); }
+  uint8_t* psum() { return psum_.get(); }
   // Shadows exist after enable_shadow() (checking mode).
   uint8_t* sbuf_def() { return sbuf_def_.empty() ? nullptr : sbuf_def_.data(); }
   uint8_t* psum_def() { return psum_def_.empty() ? nullptr : psum_def_.data(); }
@@ -67,7 +67,14 @@ class CoreState {
 
  private:
   Target target_;
-  std::vector<uint8_t> sbuf_, psum_, sbuf_def_, psum_def_;
+  // On-chip memories in 2 MiB-aligned, huge-page-advised blocks: a tile touches one row in
+  // each of up to 128 partitions, which would otherwise cost a TLB miss per row.
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> sbuf_, psum_;
+  size_t sbuf_bytes_ = 0, psum_bytes_ = 0;
+  std::vector<uint8_t> sbuf_def_, psum_def_;
 };
 
 // Hands out CoreStates sized for `t`, reusing released ones (their SBUF is not cleared: a
