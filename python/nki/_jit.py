@@ -201,6 +201,13 @@ class Kernel:
         if _tracer.active() is not None:  # a sub-kernel called while tracing: inline it
             return self.func(*args, **kwargs)
         traced, tensors, framework, device = self._specialize(args, kwargs)
+        if os.environ.get("NKI_SIMULATOR", "") == "1" and framework != "fake":
+            # Like the real NKI_SIMULATOR=1: run on the host, synchronously, with every check on.
+            if framework == "neuron":
+                import torch
+
+                torch.neuron.synchronize(device)
+            return _execute(self, traced, tensors, framework, device, check=True, host=True)
         return _execute(self, traced, tensors, framework, device)
 
     def specialize(self, *args, **kwargs) -> TracedKernel:

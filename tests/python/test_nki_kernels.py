@@ -571,3 +571,45 @@ def test_simulate_entry_point_and_numpy_outputs():
     np.testing.assert_array_equal(out, 2 * x)
     out = nki.simulate(scale_rows[2])(x, 0.5)
     np.testing.assert_array_equal(out, x * 0.5)
+
+
+def test_old_style_psum_accumulation_and_isa_calls_returning_tiles():
+    @nki.jit
+    def old_matmul(xT, y):
+        K, M = xT.shape
+        _, N = y.shape
+        out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+        res = nl.zeros((M, N), dtype=nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(K // 128):
+            a = nl.load(xT[k * 128:(k + 1) * 128, :])
+            b = nl.load(y[k * 128:(k + 1) * 128, :])
+            res += nl.matmul(a, b, transpose_x=True)
+        nl.store(out, value=nl.copy(res))
+        return out
+
+    @nki.jit
+    def old_attention_scores(q, k):
+        qk = nisa.nc_matmul(nl.load(q), nl.load(k))  # returns a PSUM tile
+        mx = nisa.tensor_reduce(op=nl.max, data=qk, axis=1)
+        e = nisa.activation(op=nl.exp, data=nisa.tensor_scalar(data=qk, op0=nl.subtract, operand0=mx))
+        p = nisa.tensor_scalar(data=e, op0=nl.multiply, operand0=nisa.reciprocal(data=nl.sum(e, axis=1)))
+        out = nl.ndarray(p.shape, nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, p)
+        return out
+
+    x = np.random.randn(256, 64).astype(np.float32)
+    y = np.random.randn(256, 96).astype(np.float32)
+    np.testing.assert_allclose(old_matmul(x, y), x.T @ y, rtol=1e-5, atol=1e-4)
+    q = np.random.randn(64, 128).astype(np.float32)
+    k = np.random.randn(64, 100).astype(np.float32)
+    s = q.T @ k
+    e = np.exp(s - s.max(1, keepdims=True))
+    np.testing.assert_allclose(old_attention_scores(q, k), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_nki_simulator_env_runs_on_host(monkeypatch):
+    monkeypatch.setenv("NKI_SIMULATOR", "1")
+    x = torch.randn(128, 512, device="neuron")
+    out = add_isa(x, x)
+    assert out.device == x.device
+    torch.testing.assert_close(out.cpu(), 2 * x.cpu(), rtol=0, atol=0)
