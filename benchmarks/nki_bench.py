@@ -17,12 +17,11 @@ import math
 import statistics
 import time
 
-import torch
-from _common import write_result
-
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import torch
+from _common import write_result
 
 
 @nki.jit
@@ -38,12 +37,12 @@ def matmul_tiled(lhsT, rhs):
             for k in nl.affine_range(K // TK):
                 lt = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
                 rt = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=lt, src=lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
-                nisa.dma_copy(dst=rt, src=rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
+                nisa.dma_copy(dst=lt, src=lhsT[k * TK : (k + 1) * TK, m * TM : (m + 1) * TM])
+                nisa.dma_copy(dst=rt, src=rhs[k * TK : (k + 1) * TK, n * TN : (n + 1) * TN])
                 nisa.nc_matmul(dst=res_psum, stationary=lt, moving=rt)
             res_sb = nl.ndarray((TM, TN), dtype=result.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res_sb, src=res_psum)
-            nisa.dma_copy(dst=result[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res_sb)
+            nisa.dma_copy(dst=result[m * TM : (m + 1) * TM, n * TN : (n + 1) * TN], src=res_sb)
     return result
 
 
@@ -58,18 +57,20 @@ def matmul_blocked(lhsT, rhs):
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for m in nl.affine_range(M // TM):
         strip = nl.ndarray((TK, K // TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=strip, src=lhsT[:, m * TM:(m + 1) * TM].reshape((K // TK, TK, TM)).permute(1, 0, 2))
+        nisa.dma_copy(
+            dst=strip, src=lhsT[:, m * TM : (m + 1) * TM].reshape((K // TK, TK, TM)).permute(1, 0, 2)
+        )
         for nb in nl.affine_range(N // NB):
             psums = [nl.ndarray((TM, TN), nl.float32, buffer=nl.psum) for _ in range(NB // TN)]
             for k in nl.affine_range(K // TK):
                 rt = nl.ndarray((TK, NB), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=rt, src=rhs[k * TK:(k + 1) * TK, nb * NB:(nb + 1) * NB])
+                nisa.dma_copy(dst=rt, src=rhs[k * TK : (k + 1) * TK, nb * NB : (nb + 1) * NB])
                 for j, ps in enumerate(psums):
-                    nisa.nc_matmul(dst=ps, stationary=strip[:, k, :], moving=rt[:, j * TN:(j + 1) * TN])
+                    nisa.nc_matmul(dst=ps, stationary=strip[:, k, :], moving=rt[:, j * TN : (j + 1) * TN])
             res = nl.ndarray((TM, NB), dtype=result.dtype, buffer=nl.sbuf)
             for j, ps in enumerate(psums):
-                nisa.tensor_copy(dst=res[:, j * TN:(j + 1) * TN], src=ps)
-            nisa.dma_copy(dst=result[m * TM:(m + 1) * TM, nb * NB:(nb + 1) * NB], src=res)
+                nisa.tensor_copy(dst=res[:, j * TN : (j + 1) * TN], src=ps)
+            nisa.dma_copy(dst=result[m * TM : (m + 1) * TM, nb * NB : (nb + 1) * NB], src=res)
     return result
 
 
@@ -101,7 +102,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--skip-torch-bf16", action="store_true", help="skip the (very slow on AVX2 hosts) torch bf16 peer")
+    ap.add_argument(
+        "--skip-torch-bf16", action="store_true", help="skip the (very slow on AVX2 hosts) torch bf16 peer"
+    )
     args = ap.parse_args()
     S = args.size
     torch.manual_seed(0)
@@ -134,7 +137,7 @@ def main() -> None:
         x = torch.randn(*shape)
         tk = kern.specialize(x)
         kern(x)
-        s = timed(lambda: kern(x), args.iters)
+        s = timed(lambda kern=kern, x=x: kern(x), args.iters)
         n = tk.num_instructions
         small[f"{shape[0]}x{shape[1]}"] = {
             "instructions": n,
@@ -187,16 +190,24 @@ def main() -> None:
     print(f"NKI tiled matmul {S}^3 bf16 ({traced.num_instructions} instructions, traced in {trace_s:.2f} s)")
     print(f"  NKI (NeuronCore model)   {nki_s * 1e3:9.1f} ms   (blocked kernel {blocked_s * 1e3:.1f} ms)")
     if torch_bf16_s:
-        print(f"  torch.matmul bf16 (CPU) {torch_bf16_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_bf16_s:.3f}x")
-    print(f"  torch.matmul fp32 (CPU) {torch_fp32_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_fp32_s:.2f}x")
+        print(
+            f"  torch.matmul bf16 (CPU) {torch_bf16_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_bf16_s:.3f}x"
+        )
+    print(
+        f"  torch.matmul fp32 (CPU) {torch_fp32_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_fp32_s:.2f}x"
+    )
     print(f"  max relative error vs fp32 reference: {err:.2e} (bf16 output rounding)")
     print("Small tiles (2000 x tensor_scalar):")
     for k, v in small.items():
-        print(f"  [{k:>7}] {v['instructions_per_second'] / 1e6:6.2f} M instructions/s ({v['ns_per_instruction']:.0f} ns each)")
+        print(
+            f"  [{k:>7}] {v['instructions_per_second'] / 1e6:6.2f} M instructions/s ({v['ns_per_instruction']:.0f} ns each)"
+        )
     print(f"Trainium2 estimate (one NeuronCore), bound {bound_us:.1f} us at 79 TFLOPS:")
     for name, e in (("tiled", est), ("blocked", est_b)):
         util = ", ".join(f"{k} {v:.0%}" for k, v in e.utilization.items() if v > 0.005)
-        print(f"  {name:8} {e.total_us:8.1f} us = {e.total_us / bound_us:.2f}x bound, {e.achieved_tflops:.1f} TFLOPS ({util})")
+        print(
+            f"  {name:8} {e.total_us:8.1f} us = {e.total_us / bound_us:.2f}x bound, {e.achieved_tflops:.1f} TFLOPS ({util})"
+        )
     print(f"results: {path}")
     _ = math
 

@@ -82,9 +82,9 @@ std::string_view act_name(Act op);
 std::optional<Alu> alu_from_name(std::string_view name);
 std::optional<Act> act_from_name(std::string_view name);
 
-bool alu_is_bitvec(Alu op);          // operates on bit patterns (integers only)
-bool alu_is_reduction_op(Alu op);    // allowed as tensor_reduce / partition reduce operator
-float alu_identity(Alu op);          // neutral element of a reduction operator
+bool alu_is_bitvec(Alu op);        // operates on bit patterns (integers only)
+bool alu_is_reduction_op(Alu op);  // allowed as tensor_reduce / partition reduce operator
+float alu_identity(Alu op);        // neutral element of a reduction operator
 
 // out[i] = a[i] op b[i]
 void alu_vv(Alu op, const float* a, const float* b, float* out, int64_t n);

@@ -42,7 +42,9 @@ int64_t contiguous_run(const Ap& a, bool on_chip) {
   return run;
 }
 
-bool inner_contiguous(const Ap& a) { return a.ndim <= 1 || a.step[a.ndim - 1] == 1 || a.num[a.ndim - 1] == 1; }
+bool inner_contiguous(const Ap& a) {
+  return a.ndim <= 1 || a.step[a.ndim - 1] == 1 || a.num[a.ndim - 1] == 1;
+}
 
 double cyc(double cycles, double ghz) { return cycles / ghz; }
 
@@ -56,14 +58,20 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
   auto mem = [&](int k) { return bufs[in.ap[k].buf].mem; };
   auto has = [&](int k) { return k < in.nap && in.ap[k].present(); };
   const double mii = p.min_ii;
-  const int64_t N = in.nap > 1 && has(1) ? in.ap[1].free_size() : (has(0) ? in.ap[0].free_size() : 1);
+  const int64_t N =
+      in.nap > 1 && has(1) ? in.ap[1].free_size() : (has(0) ? in.ap[0].free_size() : 1);
   auto ghz = [&](Engine e) {
     switch (e) {
-      case Engine::Tensor: return p.tensor_ghz;
-      case Engine::Vector: return p.vector_ghz;
-      case Engine::Scalar: return p.scalar_ghz;
-      case Engine::GpSimd: return p.gpsimd_ghz;
-      default: return p.sync_ghz;
+      case Engine::Tensor:
+        return p.tensor_ghz;
+      case Engine::Vector:
+        return p.vector_ghz;
+      case Engine::Scalar:
+        return p.scalar_ghz;
+      case Engine::GpSimd:
+        return p.gpsimd_ghz;
+      default:
+        return p.sync_ghz;
     }
   };
   const double eg = ghz(in.engine);
@@ -80,14 +88,17 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
       if (mem(0) != Mem::Hbm) parts = d.num[0];
       if (mem(1) != Mem::Hbm) parts = std::max(parts, s.step[0] == 0 ? d.num[0] : s.num[0]);
       const int64_t bytes = std::max(sb, db);
-      int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) / p.partitions_per_dma_engine)
+      int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) /
+                                           p.partitions_per_dma_engine)
                         : static_cast<int>(std::max<int64_t>(1, bytes / 2048));
       q = std::clamp(q, 1, p.dma_engines);
-      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d, mem(0) != Mem::Hbm), contiguous_run(s, mem(1) != Mem::Hbm)));
+      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d, mem(0) != Mem::Hbm),
+                                                        contiguous_run(s, mem(1) != Mem::Hbm)));
       // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
       const double chunks = in.i[2] ? static_cast<double>(std::max<int64_t>(parts, 1))
                                     : static_cast<double>(n) / static_cast<double>(run);
-      double data = static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
+      double data =
+          static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
       if (in.i[2]) data /= (mem(1) == Mem::Hbm ? 0.9 : 0.5);  // DMA transpose efficiency
       c.ns = data;
       c.queues = q;
@@ -110,7 +121,8 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
     case Op::Transpose: {
       const Ap& d = in.ap[1];
       if (in.engine == Engine::Tensor) {
-        c.ns = cyc(std::max<double>(static_cast<double>(d.num[0]), std::min<double>(64.0, static_cast<double>(d.free_size()))),
+        c.ns = cyc(std::max<double>(static_cast<double>(d.num[0]),
+                                    std::min<double>(64.0, static_cast<double>(d.free_size()))),
                    p.tensor_ghz);
       } else {
         c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
@@ -147,15 +159,18 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
       return c;
     case Op::TensorReduce: {
       const auto op = static_cast<Alu>(in.i[0]);
-      const bool fast = in.ap[0].dtype == DT::BFloat16 && in.ap[1].dtype == DT::BFloat16 && (op == Alu::Add || op == Alu::Max);
+      const bool fast = in.ap[0].dtype == DT::BFloat16 && in.ap[1].dtype == DT::BFloat16 &&
+                        (op == Alu::Add || op == Alu::Max);
       c.ns = cyc(std::max(mii, static_cast<double>(N) / (fast ? 2 : 1)), eg);
       return c;
     }
     case Op::PartitionReduce:
-      c.ns = cyc(150.0 + static_cast<double>(N) * static_cast<double>(in.ap[1].num[0]) / 8.0, p.gpsimd_ghz);
+      c.ns = cyc(150.0 + static_cast<double>(N) * static_cast<double>(in.ap[1].num[0]) / 8.0,
+                 p.gpsimd_ghz);
       return c;
     case Op::Activation:
-      c.ns = cyc(std::max(mii, static_cast<double>(N)) + ((in.i[1] >= 0 || has(4)) ? mii : 0.0), eg);
+      c.ns =
+          cyc(std::max(mii, static_cast<double>(N)) + ((in.i[1] >= 0 || has(4)) ? mii : 0.0), eg);
       return c;
     case Op::Reciprocal:
       c.ns = cyc(std::max(mii, static_cast<double>(in.engine == Engine::Vector ? 8 * N : N)), eg);
@@ -205,8 +220,9 @@ struct Box {
 
 Box box_of(const Ap& a, int64_t dyn, const Buffer& b) {
   const int64_t es = dt_size(a.dtype);
-  int64_t W = b.mem == Mem::Hbm ? (b.shape.empty() ? b.total_bytes : b.shape.back() * dt_size(b.dtype))
-                                : b.bytes_per_partition;
+  int64_t W = b.mem == Mem::Hbm
+                  ? (b.shape.empty() ? b.total_bytes : b.shape.back() * dt_size(b.dtype))
+                  : b.bytes_per_partition;
   W = std::max<int64_t>(W, 1);
   const int64_t off = (a.offset + dyn) * es;
   int64_t rlo = 0, rhi = 0, clo = 0, chi = 0, flo = off, fhi = off;
@@ -279,17 +295,23 @@ bool writes_operand(const Instr& in, int k) {
 
 int lane_of(Engine e) {
   switch (e) {
-    case Engine::Tensor: return 0;
-    case Engine::Vector: return 1;
-    case Engine::Scalar: return 2;
-    case Engine::GpSimd: return 3;
-    default: return 4;
+    case Engine::Tensor:
+      return 0;
+    case Engine::Vector:
+      return 1;
+    case Engine::Scalar:
+      return 2;
+    case Engine::GpSimd:
+      return 3;
+    default:
+      return 4;
   }
 }
 
 }  // namespace
 
-Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p, size_t max_events) {
+Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p,
+                  size_t max_events) {
   Estimate est;
   est.dma_queues = p.dma_engines;
   const auto& instrs = prog.instrs();
@@ -309,7 +331,8 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
   for (size_t r = 0; r < count; ++r) {
     const int32_t idx = trace ? (*trace)[r].instr : static_cast<int32_t>(r);
     const Instr& in = instrs[idx];
-    if (!trace && (in.op == Op::LoopBegin || in.op == Op::LoopEnd || in.op == Op::WhileBegin || in.op == Op::WhileEnd))
+    if (!trace && (in.op == Op::LoopBegin || in.op == Op::LoopEnd || in.op == Op::WhileBegin ||
+                   in.op == Op::WhileEnd))
       continue;
     if (!have[idx]) {
       costs[idx] = instr_cost(prog, idx, p);
@@ -334,8 +357,9 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
         qidx[q] = q;
         fits[static_cast<size_t>(q)] = q_busy[static_cast<size_t>(q)].earliest(at, c.ns);
       }
-      std::partial_sort(qidx.begin(), qidx.begin() + c.queues, qidx.end(),
-                        [&](int a, int b) { return fits[static_cast<size_t>(a)] < fits[static_cast<size_t>(b)]; });
+      std::partial_sort(qidx.begin(), qidx.begin() + c.queues, qidx.end(), [&](int a, int b) {
+        return fits[static_cast<size_t>(a)] < fits[static_cast<size_t>(b)];
+      });
       start = 1e300;
       end = 0;
       for (int j = 0; j < c.queues; ++j) {
@@ -386,9 +410,15 @@ std::string json_escape(const std::string& s) {
   o.reserve(s.size());
   for (char ch : s) {
     switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
       default:
         if (static_cast<unsigned char>(ch) < 0x20) {
           char buf[8];
@@ -404,20 +434,26 @@ std::string json_escape(const std::string& s) {
 
 }  // namespace
 
-std::string timeline_json(const Program& prog, const Estimate& est, int pid, const std::string& core_name,
-                          double offset_ns) {
+std::string timeline_json(const Program& prog, const Estimate& est, int pid,
+                          const std::string& core_name, double offset_ns) {
   std::string out;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}", pid,
-                json_escape(core_name).c_str());
+  std::snprintf(buf, sizeof buf,
+                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
+                pid, json_escape(core_name).c_str());
   out += buf;
-  static const char* lanes[5] = {"Tensor Engine", "Vector Engine", "Scalar Engine", "GpSimd Engine", "Sync Engine"};
+  static const char* lanes[5] = {"Tensor Engine", "Vector Engine", "Scalar Engine", "GpSimd Engine",
+                                 "Sync Engine"};
   for (int l = 0; l < 5 + est.dma_queues; ++l) {
     std::string lname = l < 5 ? lanes[l] : "DMA queue " + std::to_string(l - 5);
-    std::snprintf(buf, sizeof buf, ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-                  pid, l, lname.c_str());
+    std::snprintf(
+        buf, sizeof buf,
+        ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+        pid, l, lname.c_str());
     out += buf;
-    std::snprintf(buf, sizeof buf, ",{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+    std::snprintf(buf, sizeof buf,
+                  ",{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+                  "\"sort_index\":%d}}",
                   pid, l, l);
     out += buf;
   }
@@ -426,7 +462,8 @@ std::string timeline_json(const Program& prog, const Estimate& est, int pid, con
     std::string name(op_name(in.op));
     if (name.rfind("nki.isa.", 0) == 0) name = name.substr(8);
     std::snprintf(buf, sizeof buf,
-                  ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f,"
+                  ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,"
+                  "\"dur\":%.4f,"
                   "\"args\":{\"instruction\":%d,\"source\":\"",
                   json_escape(name).c_str(), e.lane < 5 ? lanes[e.lane] : "DMA", pid, e.lane,
                   (offset_ns + e.start_ns) / 1000.0, e.dur_ns / 1000.0, e.instr);

@@ -21,14 +21,14 @@ struct Info {
 };
 
 constexpr Info kInfo[kNumDTypes] = {
-    {"bool", 1, false, false},          {"int8", 1, false, false},
-    {"int16", 2, false, false},         {"int32", 4, false, false},
-    {"uint8", 1, false, false},         {"uint16", 2, false, false},
-    {"uint32", 4, false, false},        {"float16", 2, true, false},
-    {"bfloat16", 2, true, false},       {"float32", 4, true, false},
-    {"tfloat32", 4, true, false},       {"float8_e4m3", 1, true, false},
-    {"float8_e4m3fn", 1, true, false},  {"float8_e5m2", 1, true, false},
-    {"float8_e8m0fnu", 1, true, false}, {"float8_e5m2_x4", 4, true, true},
+    {"bool", 1, false, false},           {"int8", 1, false, false},
+    {"int16", 2, false, false},          {"int32", 4, false, false},
+    {"uint8", 1, false, false},          {"uint16", 2, false, false},
+    {"uint32", 4, false, false},         {"float16", 2, true, false},
+    {"bfloat16", 2, true, false},        {"float32", 4, true, false},
+    {"tfloat32", 4, true, false},        {"float8_e4m3", 1, true, false},
+    {"float8_e4m3fn", 1, true, false},   {"float8_e5m2", 1, true, false},
+    {"float8_e8m0fnu", 1, true, false},  {"float8_e5m2_x4", 4, true, true},
     {"float8_e4m3fn_x4", 4, true, true}, {"float4_e2m1fn_x4", 2, true, true},
 };
 
@@ -57,14 +57,14 @@ void write(uint8_t* p, T v) {
 template <DT T>
 struct Codec;
 
-#define NKI_INT_CODEC(D, C)                                                             \
-  template <>                                                                           \
-  struct Codec<DT::D> {                                                                 \
-    using S = C;                                                                        \
-    static float get(const uint8_t* p) { return static_cast<float>(read<C>(p)); }       \
-    static void put(uint8_t* p, float v) { write<C>(p, saturate<C>(v)); }               \
-    static int64_t geti(const uint8_t* p) { return static_cast<int64_t>(read<C>(p)); }  \
-    static void puti(uint8_t* p, int64_t v) { write<C>(p, static_cast<C>(v)); }         \
+#define NKI_INT_CODEC(D, C)                                                            \
+  template <>                                                                          \
+  struct Codec<DT::D> {                                                                \
+    using S = C;                                                                       \
+    static float get(const uint8_t* p) { return static_cast<float>(read<C>(p)); }      \
+    static void put(uint8_t* p, float v) { write<C>(p, saturate<C>(v)); }              \
+    static int64_t geti(const uint8_t* p) { return static_cast<int64_t>(read<C>(p)); } \
+    static void puti(uint8_t* p, int64_t v) { write<C>(p, static_cast<C>(v)); }        \
   };
 NKI_INT_CODEC(Int8, int8_t)
 NKI_INT_CODEC(Int16, int16_t)
@@ -82,18 +82,21 @@ struct Codec<DT::Bool> {
   static void puti(uint8_t* p, int64_t v) { *p = v != 0 ? 1 : 0; }
 };
 
-#define NKI_FLOAT_CODEC(D, GET, PUT)                                                          \
-  template <>                                                                                 \
-  struct Codec<DT::D> {                                                                       \
-    static float get(const uint8_t* p) { return GET; }                                        \
-    static void put(uint8_t* p, float v) { PUT; }                                             \
-    static int64_t geti(const uint8_t* p) { return static_cast<int64_t>(saturate<int64_t>(get(p))); } \
-    static void puti(uint8_t* p, int64_t v) { put(p, static_cast<float>(v)); }                \
+#define NKI_FLOAT_CODEC(D, GET, PUT)                                           \
+  template <>                                                                  \
+  struct Codec<DT::D> {                                                        \
+    static float get(const uint8_t* p) { return GET; }                         \
+    static void put(uint8_t* p, float v) { PUT; }                              \
+    static int64_t geti(const uint8_t* p) {                                    \
+      return static_cast<int64_t>(saturate<int64_t>(get(p)));                  \
+    }                                                                          \
+    static void puti(uint8_t* p, int64_t v) { put(p, static_cast<float>(v)); } \
   };
 NKI_FLOAT_CODEC(Float32, read<float>(p), write<float>(p, v))
 NKI_FLOAT_CODEC(TFloat32, read<float>(p), write<float>(p, round_tf32(v)))
 NKI_FLOAT_CODEC(BFloat16, static_cast<float>(read<bf16>(p)), write<bf16>(p, bf16(v)))
-NKI_FLOAT_CODEC(Float16, kernels::f16_to_f32(read<uint16_t>(p)), write<uint16_t>(p, kernels::f32_to_f16(v)))
+NKI_FLOAT_CODEC(Float16, kernels::f16_to_f32(read<uint16_t>(p)),
+                write<uint16_t>(p, kernels::f32_to_f16(v)))
 NKI_FLOAT_CODEC(F8E4M3, f8e4m3_to_f32(*p), *p = f32_to_f8e4m3(v))
 NKI_FLOAT_CODEC(F8E4M3FN, kernels::f8e4m3fn_to_f32(*p), *p = kernels::f32_to_f8e4m3fn(v))
 NKI_FLOAT_CODEC(F8E5M2, kernels::f8e5m2_to_f32(*p), *p = kernels::f32_to_f8e5m2(v))
@@ -165,18 +168,22 @@ using LoadIFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t*);
 using StoreIFn = void (*)(uint8_t*, int64_t, int64_t, const int64_t*);
 
 [[noreturn]] void packed_error(DT t) {
-  throw std::invalid_argument(std::string("nki: ") + std::string(dt_name(t)) +
-                              " is a packed type: engines cannot compute on it (only DMA moves it)");
+  throw std::invalid_argument(
+      std::string("nki: ") + std::string(dt_name(t)) +
+      " is a packed type: engines cannot compute on it (only DMA moves it)");
 }
 void load_packed(const uint8_t*, int64_t, int64_t, float*) { packed_error(DT::F8E5M2x4); }
 void store_packed(uint8_t*, int64_t, int64_t, const float*) { packed_error(DT::F8E5M2x4); }
 void load_packed_i(const uint8_t*, int64_t, int64_t, int64_t*) { packed_error(DT::F8E5M2x4); }
 void store_packed_i(uint8_t*, int64_t, int64_t, const int64_t*) { packed_error(DT::F8E5M2x4); }
 
-#define NKI_TABLE(fn, packed)                                                                  \
-  {fn<DT::Bool>, fn<DT::Int8>, fn<DT::Int16>, fn<DT::Int32>, fn<DT::UInt8>, fn<DT::UInt16>,    \
-   fn<DT::UInt32>, fn<DT::Float16>, fn<DT::BFloat16>, fn<DT::Float32>, fn<DT::TFloat32>,       \
-   fn<DT::F8E4M3>, fn<DT::F8E4M3FN>, fn<DT::F8E5M2>, fn<DT::F8E8M0FNU>, packed, packed, packed}
+#define NKI_TABLE(fn, packed)                                                                 \
+  {                                                                                           \
+    fn<DT::Bool>, fn<DT::Int8>, fn<DT::Int16>, fn<DT::Int32>, fn<DT::UInt8>, fn<DT::UInt16>,  \
+        fn<DT::UInt32>, fn<DT::Float16>, fn<DT::BFloat16>, fn<DT::Float32>, fn<DT::TFloat32>, \
+        fn<DT::F8E4M3>, fn<DT::F8E4M3FN>, fn<DT::F8E5M2>, fn<DT::F8E8M0FNU>, packed, packed,  \
+        packed                                                                                \
+  }
 
 const LoadFn kLoad[kNumDTypes] = NKI_TABLE(load_f32_t, load_packed);
 const StoreFn kStore[kNumDTypes] = NKI_TABLE(store_f32_t, store_packed);
@@ -246,19 +253,32 @@ bool dt_is_packed(DT t) { return kInfo[static_cast<int>(t)].packed; }
 kernels::DType to_kernel_dtype(DT t) {
   using K = kernels::DType;
   switch (t) {
-    case DT::Bool: return K::Bool;
-    case DT::Int8: return K::Int8;
-    case DT::Int16: return K::Int16;
-    case DT::Int32: return K::Int32;
-    case DT::UInt8: return K::UInt8;
-    case DT::UInt16: return K::UInt16;
-    case DT::UInt32: return K::UInt32;
-    case DT::Float16: return K::Float16;
-    case DT::BFloat16: return K::BFloat16;
-    case DT::Float32: return K::Float32;
-    case DT::F8E4M3FN: return K::Float8_e4m3fn;
-    case DT::F8E5M2: return K::Float8_e5m2;
-    default: return K::Undefined;
+    case DT::Bool:
+      return K::Bool;
+    case DT::Int8:
+      return K::Int8;
+    case DT::Int16:
+      return K::Int16;
+    case DT::Int32:
+      return K::Int32;
+    case DT::UInt8:
+      return K::UInt8;
+    case DT::UInt16:
+      return K::UInt16;
+    case DT::UInt32:
+      return K::UInt32;
+    case DT::Float16:
+      return K::Float16;
+    case DT::BFloat16:
+      return K::BFloat16;
+    case DT::Float32:
+      return K::Float32;
+    case DT::F8E4M3FN:
+      return K::Float8_e4m3fn;
+    case DT::F8E5M2:
+      return K::Float8_e5m2;
+    default:
+      return K::Undefined;
   }
 }
 

@@ -26,8 +26,8 @@ class NkiError : public rt::Error {
   const std::string& location() const { return location_; }
   const std::string& rule() const { return rule_; }
 
-  static std::string format(const std::string& instr, const std::string& loc, const std::string& msg,
-                            const std::string& rule) {
+  static std::string format(const std::string& instr, const std::string& loc,
+                            const std::string& msg, const std::string& rule) {
     std::string s = instr;
     if (!loc.empty()) s += " at " + loc;
     s += ": " + msg;

@@ -34,7 +34,8 @@ void gather_bytes(const View& v, int64_t p, uint8_t* out) {
     if (s == es) {
       std::memcpy(out + pos * es, ptr, static_cast<size_t>(n * es));
     } else {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(out + (pos + i) * es, ptr + i * s, static_cast<size_t>(es));
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(out + (pos + i) * es, ptr + i * s, static_cast<size_t>(es));
     }
   });
 }
@@ -44,7 +45,8 @@ void scatter_bytes(const View& v, int64_t p, const uint8_t* in) {
     if (s == es) {
       std::memcpy(ptr, in + pos * es, static_cast<size_t>(n * es));
     } else {
-      for (int64_t i = 0; i < n; ++i) std::memcpy(ptr + i * s, in + (pos + i) * es, static_cast<size_t>(es));
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(ptr + i * s, in + (pos + i) * es, static_cast<size_t>(es));
     }
   });
 }
@@ -120,7 +122,8 @@ void tensor_copy(Ctx& c, Views& w) {
   for_blocks(s.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     if (direct) {
       for (int64_t r = 0; r < rows; ++r)
-        std::memmove(d.base + (p0 + r) * d.stride[0], s.base + (p0 + r) * s.stride[0], static_cast<size_t>(F * s.es));
+        std::memmove(d.base + (p0 + r) * d.stride[0], s.base + (p0 + r) * s.stride[0],
+                     static_cast<size_t>(F * s.es));
     } else if (raw) {
       uint8_t* b = sc.db(0, F * s.es);
       for (int64_t r = 0; r < rows; ++r) {
@@ -179,7 +182,8 @@ void pattern_values(const Instr& in, int64_t p, int64_t* out) {
     for (int64_t z = 0; z < num[1]; ++z)
       for (int64_t y = 0; y < num[2]; ++y)
         for (int64_t x = 0; x < num[3]; ++x)
-          out[k++] = static_cast<int32_t>(base + w * step[0] + z * step[1] + y * step[2] + x * step[3]);
+          out[k++] =
+              static_cast<int32_t>(base + w * step[0] + z * step[1] + y * step[2] + x * step[3]);
 }
 
 void iota(Ctx& c, Views& w) {
@@ -244,7 +248,8 @@ void tensor_tensor(Ctx& c, Views& w) {
   for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
     if (direct) {
-      for (int64_t r = 0; r < rows; ++r) alu_vv(op, f32_row(a, p0 + r), f32_row(b, p0 + r), f32_row(d, p0 + r), F);
+      for (int64_t r = 0; r < rows; ++r)
+        alu_vv(op, f32_row(a, p0 + r), f32_row(b, p0 + r), f32_row(d, p0 + r), F);
     } else if (ints) {
       int64_t *x = sc.ib(0, n), *y = sc.ib(1, n);
       gather_i64(a, p0, rows, x);
@@ -298,8 +303,10 @@ void tensor_scalar(Ctx& c, Views& w) {
     if (direct) {
       for (int64_t r = 0; r < rows; ++r) {
         float* o = f32_row(d, p0 + r);
-        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, o, F);
-        if (two) alu_vs(op1, o, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, o, F);
+        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]),
+               rev0, o, F);
+        if (two)
+          alu_vs(op1, o, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, o, F);
       }
     } else if (ints) {
       int64_t* x = sc.ib(0, n);
@@ -320,7 +327,9 @@ void tensor_scalar(Ctx& c, Views& w) {
         for (int64_t r = 0; r < rows; ++r) {
           float* xr = x + r * F;
           alu_vs(op0, xr, vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, xr, F);
-          if (two) alu_vs(op1, xr, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, xr, F);
+          if (two)
+            alu_vs(op1, xr, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, xr,
+                   F);
         }
       }
       scatter_f32(d, p0, rows, x);
@@ -391,7 +400,8 @@ void tensor_reduce(Ctx& c, Views& w) {
       int64_t* x = sc.ib(0, F);
       load_row_i(a, p, x);
       int64_t* o = sc.ib(1, groups);
-      for (int64_t g = 0; g < groups; ++g) o[g] = (negate ? -1 : 1) * reduce_i(op, x + g * inner, inner);
+      for (int64_t g = 0; g < groups; ++g)
+        o[g] = (negate ? -1 : 1) * reduce_i(op, x + g * inner, inner);
       store_row_i(d, p, o);
     } else {
       float* x = sc.fb(0, F);
@@ -451,10 +461,11 @@ void partition_reduce(Ctx& c, Views& w) {
 }
 
 // Applies a reduce command to engine registers acc/acc_def of partition p.
-void apply_reduce_cmd(ReduceCmd cmd, float& acc, uint8_t& acc_def, float value, uint8_t value_def, float loaded,
-                      uint8_t loaded_def, Alu op) {
+void apply_reduce_cmd(ReduceCmd cmd, float& acc, uint8_t& acc_def, float value, uint8_t value_def,
+                      float loaded, uint8_t loaded_def, Alu op) {
   switch (cmd) {
-    case ReduceCmd::Idle: break;
+    case ReduceCmd::Idle:
+      break;
     case ReduceCmd::Reset:
       acc = 0.0f;
       acc_def = 1;
@@ -523,7 +534,8 @@ void activation(Ctx& c, Views& w) {
       const uint8_t row_ok = da ? static_cast<uint8_t>(all_defined(da + r * F, F)) : uint8_t{1};
       const float loaded = w.has[4] ? vec_at(w.v[4], p) : 0.0f;
       const uint8_t loaded_def = w.has[4] ? vec_def(w.v[4], p) : 1;
-      apply_reduce_cmd(cmd, core.act_acc[p], core.act_acc_def[p], sum, row_ok, loaded, loaded_def, Alu::Add);
+      apply_reduce_cmd(cmd, core.act_acc[p], core.act_acc_def[p], sum, row_ok, loaded, loaded_def,
+                       Alu::Add);
       if (w.has[4]) vec_store(w.v[4], p, core.act_acc[p], core.act_acc_def[p]);
     }
   });
@@ -647,8 +659,9 @@ void select_reduce(Ctx& c, Views& w) {
       store_def_row(d, p, dx);
     }
     if (reduce && p < 128) {
-      apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p], core.sel_acc_def[p], mx,
-                       all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p), Alu::Max);
+      apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       Alu::Max);
       vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
     }
   });
@@ -783,24 +796,42 @@ void max8(Ctx& c, Views& w) {
 void exec_compute(Ctx& c) {
   Views w = views(c);
   switch (c.in().op) {
-    case Op::TensorCopy: return tensor_copy(c, w);
-    case Op::Memset: return memset_op(c, w);
-    case Op::Iota: return iota(c, w);
-    case Op::AffineSelect: return affine_select(c, w);
-    case Op::TensorTensor: return tensor_tensor(c, w);
-    case Op::TensorScalar: return tensor_scalar(c, w);
-    case Op::ScalarTensorTensor: return scalar_tensor_tensor(c, w);
-    case Op::TensorReduce: return tensor_reduce(c, w);
-    case Op::PartitionReduce: return partition_reduce(c, w);
-    case Op::Activation: return activation(c, w);
-    case Op::Reciprocal: return reciprocal(c, w);
-    case Op::TensorTensorScan: return scan(c, w);
-    case Op::TensorScalarReduce: return tensor_scalar_reduce(c, w);
-    case Op::SelectReduce: return select_reduce(c, w);
-    case Op::CopyPredicated: return copy_predicated(c, w);
-    case Op::BnStats: return bn_stats(c, w);
-    case Op::BnAggr: return bn_aggr(c, w);
-    case Op::Max8: return max8(c, w);
+    case Op::TensorCopy:
+      return tensor_copy(c, w);
+    case Op::Memset:
+      return memset_op(c, w);
+    case Op::Iota:
+      return iota(c, w);
+    case Op::AffineSelect:
+      return affine_select(c, w);
+    case Op::TensorTensor:
+      return tensor_tensor(c, w);
+    case Op::TensorScalar:
+      return tensor_scalar(c, w);
+    case Op::ScalarTensorTensor:
+      return scalar_tensor_tensor(c, w);
+    case Op::TensorReduce:
+      return tensor_reduce(c, w);
+    case Op::PartitionReduce:
+      return partition_reduce(c, w);
+    case Op::Activation:
+      return activation(c, w);
+    case Op::Reciprocal:
+      return reciprocal(c, w);
+    case Op::TensorTensorScan:
+      return scan(c, w);
+    case Op::TensorScalarReduce:
+      return tensor_scalar_reduce(c, w);
+    case Op::SelectReduce:
+      return select_reduce(c, w);
+    case Op::CopyPredicated:
+      return copy_predicated(c, w);
+    case Op::BnStats:
+      return bn_stats(c, w);
+    case Op::BnAggr:
+      return bn_aggr(c, w);
+    case Op::Max8:
+      return max8(c, w);
     default:
       c.fail("runtime", "opcode is not a compute instruction", "");
   }

@@ -52,7 +52,8 @@ struct Ctx {
 
   const Instr& in() const { return prog.instrs()[pc]; }
   bool has(int k) const { return k < in().nap && in().ap[k].present(); }
-  [[noreturn]] void fail(const std::string& kind, const std::string& msg, const std::string& rule) const {
+  [[noreturn]] void fail(const std::string& kind, const std::string& msg,
+                         const std::string& rule) const {
     throw NkiError(kind, prog.instr_name(in()), prog.location(in()), msg, rule);
   }
   void note_undefined(int k);
@@ -115,16 +116,24 @@ inline void for_each_run(const View& v, int64_t p, Fn&& fn, bool shadow = false)
 }
 
 inline void load_row(const View& v, int64_t p, float* out) {
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) { load_f32(v.dtype, ptr, s, n, out + pos); });
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    load_f32(v.dtype, ptr, s, n, out + pos);
+  });
 }
 inline void store_row(const View& v, int64_t p, const float* in) {
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) { store_f32(v.dtype, ptr, s, n, in + pos); });
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    store_f32(v.dtype, ptr, s, n, in + pos);
+  });
 }
 inline void load_row_i(const View& v, int64_t p, int64_t* out) {
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) { load_i64(v.dtype, ptr, s, n, out + pos); });
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    load_i64(v.dtype, ptr, s, n, out + pos);
+  });
 }
 inline void store_row_i(const View& v, int64_t p, const int64_t* in) {
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) { store_i64(v.dtype, ptr, s, n, in + pos); });
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    store_i64(v.dtype, ptr, s, n, in + pos);
+  });
 }
 
 // Definedness of every element of row p (1 = all its bytes defined).
@@ -180,7 +189,8 @@ inline void for_partitions(int64_t parts, int64_t per_part, Fn&& fn) {
 // `per_part` elements stays cache resident; blocks run in parallel when the work is large.
 template <typename Fn>
 inline void for_blocks(int64_t parts, int64_t per_part, Fn&& fn) {
-  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(parts, 8192 / std::max<int64_t>(1, per_part)));
+  const int64_t rows =
+      std::max<int64_t>(1, std::min<int64_t>(parts, 8192 / std::max<int64_t>(1, per_part)));
   const int64_t blocks = (parts + rows - 1) / rows;
   auto run = [&](int64_t b0, int64_t b1) {
     Scratch& sc = scratch();
@@ -198,10 +208,13 @@ inline void for_blocks(int64_t parts, int64_t per_part, Fn&& fn) {
 
 // Row p of a view as a plain float array when its rows are contiguous fp32 (no copy needed).
 inline float* f32_row(const View& v, int64_t p) {
-  return (v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4) ? reinterpret_cast<float*>(v.base + p * v.stride[0])
-                                                                        : nullptr;
+  return (v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4)
+             ? reinterpret_cast<float*>(v.base + p * v.stride[0])
+             : nullptr;
 }
-inline bool f32_rows(const View& v) { return v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4; }
+inline bool f32_rows(const View& v) {
+  return v.dtype == DT::Float32 && v.ndim == 2 && v.stride[1] == 4;
+}
 inline bool contiguous_rows(const View& v) { return v.ndim == 2 && v.stride[1] == v.es; }
 
 // Rows p0..p0+rows of a view as a dense [rows, free] array (and back).
@@ -210,9 +223,11 @@ inline void gather_f32(const View& v, int64_t p0, int64_t rows, float* out) {
   if (F == 1 && v.ndim <= 2) {  // one element per partition: a single strided load
     load_f32(v.dtype, v.base + p0 * v.stride[0], v.stride[0], rows, out);
   } else if (v.ndim == 2 && v.dtype == DT::Float32 && v.stride[1] == 4) {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * F, v.base + (p0 + r) * v.stride[0], static_cast<size_t>(F) * 4);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(out + r * F, v.base + (p0 + r) * v.stride[0], static_cast<size_t>(F) * 4);
   } else if (v.ndim == 2) {
-    for (int64_t r = 0; r < rows; ++r) load_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, out + r * F);
+    for (int64_t r = 0; r < rows; ++r)
+      load_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, out + r * F);
   } else {
     for (int64_t r = 0; r < rows; ++r) load_row(v, p0 + r, out + r * F);
   }
@@ -222,9 +237,11 @@ inline void scatter_f32(const View& v, int64_t p0, int64_t rows, const float* in
   if (F == 1 && v.ndim <= 2) {
     store_f32(v.dtype, v.base + p0 * v.stride[0], v.stride[0], rows, in);
   } else if (v.ndim == 2 && v.dtype == DT::Float32 && v.stride[1] == 4) {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(v.base + (p0 + r) * v.stride[0], in + r * F, static_cast<size_t>(F) * 4);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(v.base + (p0 + r) * v.stride[0], in + r * F, static_cast<size_t>(F) * 4);
   } else if (v.ndim == 2) {
-    for (int64_t r = 0; r < rows; ++r) store_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, in + r * F);
+    for (int64_t r = 0; r < rows; ++r)
+      store_f32(v.dtype, v.base + (p0 + r) * v.stride[0], v.stride[1], F, in + r * F);
   } else {
     for (int64_t r = 0; r < rows; ++r) store_row(v, p0 + r, in + r * F);
   }

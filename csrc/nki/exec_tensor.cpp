@@ -131,8 +131,7 @@ void exec_matmul(Ctx& c) {
     }
     tile_gemm(g);
   }
-  if (!direct)
-    for_partitions(M, N, [&](int64_t i) { store_row(d, i, C + i * N); });
+  if (!direct) for_partitions(M, N, [&](int64_t i) { store_row(d, i, C + i * N); });
 
   if (c.check) {
     uint8_t* col_s = sc.db(2, M);

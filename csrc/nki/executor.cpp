@@ -1,12 +1,12 @@
 #include "executor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
-
-#include <sys/mman.h>
 
 #include "exec_internal.h"
 
@@ -65,7 +65,8 @@ class CorePool {
       for (auto it = idle_.begin(); it != idle_.end(); ++it) {
         const Target& o = (*it)->target();
         if (o.sbuf_bytes_per_partition == t.sbuf_bytes_per_partition &&
-            o.psum_bytes_per_partition == t.psum_bytes_per_partition && o.partitions == t.partitions) {
+            o.psum_bytes_per_partition == t.psum_bytes_per_partition &&
+            o.partitions == t.partitions) {
           s = std::move(*it);
           idle_.erase(it);
           break;
@@ -108,8 +109,9 @@ void Ctx::note_undefined(int k) {
   first_undef_pc = pc;
   const Instr& i = in();
   const Buffer& b = prog.buffers()[i.ap[k].buf];
-  first_undef_what = prog.instr_name(i) + " at " + prog.location(i) + " reading " + std::string(mem_name(b.mem)) +
-                     " tensor '" + b.name + "' (allocated at " + prog.str(b.loc) + ")";
+  first_undef_what = prog.instr_name(i) + " at " + prog.location(i) + " reading " +
+                     std::string(mem_name(b.mem)) + " tensor '" + b.name + "' (allocated at " +
+                     prog.str(b.loc) + ")";
 }
 
 std::string Ctx::undefined_origin() const {
@@ -136,7 +138,8 @@ bool make_view(Ctx& c, int k, View& v) {
       const int64_t e = ph.elem_off + delta;
       const int64_t p0 = e / ph.fa, f0 = e % ph.fa;
       const int64_t parts = ph.limit / ph.fa;
-      ok = f0 + ph.flo >= 0 && f0 + ph.fhi < ph.fa && p0 + (ph.stride[0] ? ph.num[0] - 1 : 0) < parts;
+      ok = f0 + ph.flo >= 0 && f0 + ph.fhi < ph.fa &&
+           p0 + (ph.stride[0] ? ph.num[0] - 1 : 0) < parts;
       off = p0 * ph.pitch + ph.addr + f0 * v.es;
     } else if (ok) {
       off = ph.byte_off + delta * v.es;
@@ -145,8 +148,8 @@ bool make_view(Ctx& c, int k, View& v) {
       if (c.in().op == Op::DmaCopy && c.in().i[0] == 1) return false;  // oob_mode=skip
       const Buffer& b = c.prog.buffers()[a.buf];
       c.fail("runtime",
-             "dynamic offset (register value " + std::to_string(c.core.regs[ph.reg]) + ") moves the access of '" +
-                 b.name + "' outside the tensor",
+             "dynamic offset (register value " + std::to_string(c.core.regs[ph.reg]) +
+                 ") moves the access of '" + b.name + "' outside the tensor",
              "accesses stay inside the tensor");
     }
   }
@@ -335,9 +338,10 @@ void exec_dma(Ctx& c) {
     if (out && c.check) {
       c.note_undefined(1);
       c.fail("uninitialized",
-             "writes " + std::to_string(bad) + " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
-                 out->name + "' (first at flat element " + std::to_string(first_bad) + " of the transfer)" +
-                 c.undefined_origin(),
+             "writes " + std::to_string(bad) +
+                 " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
+                 out->name + "' (first at flat element " + std::to_string(first_bad) +
+                 " of the transfer)" + c.undefined_origin(),
              "kernels read only memory they have written");
     }
     c.note_undefined(1);
@@ -363,7 +367,8 @@ void exec_register(Ctx& c) {
         for (int b = 0; b < v.es; ++b) ok &= v.def[b];
         if (!ok) {
           c.note_undefined(0);
-          c.fail("uninitialized", "loads a register from never-written memory" + c.undefined_origin(),
+          c.fail("uninitialized",
+                 "loads a register from never-written memory" + c.undefined_origin(),
                  "kernels read only memory they have written");
         }
       }
@@ -386,10 +391,11 @@ void exec_register(Ctx& c) {
 }  // namespace
 }  // namespace detail
 
-void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings, const ExecOptions& opt,
-             ExecReport* report) {
+void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
+             const ExecOptions& opt, ExecReport* report) {
   using namespace detail;
-  if (!prog.finalized()) throw NkiError("runtime", "nki executor", "", "program is not finalized", "");
+  if (!prog.finalized())
+    throw NkiError("runtime", "nki executor", "", "program is not finalized", "");
   if (static_cast<int>(bindings.size()) < prog.num_slots())
     throw NkiError("runtime", "nki executor", "",
                    "program needs " + std::to_string(prog.num_slots()) + " HBM tensors, got " +
@@ -400,14 +406,16 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
     const Binding& bd = bindings[static_cast<size_t>(b.slot)];
     if (!bd.data || bd.bytes < b.total_bytes)
       throw NkiError("runtime", "nki executor", prog.str(b.loc),
-                     "HBM tensor '" + b.name + "' needs " + std::to_string(b.total_bytes) + " bytes, bound " +
-                         std::to_string(bd.bytes),
+                     "HBM tensor '" + b.name + "' needs " + std::to_string(b.total_bytes) +
+                         " bytes, bound " + std::to_string(bd.bytes),
                      "");
   }
   const Target& t = prog.target();
   const Target& ct = core.target();
-  if (ct.sbuf_bytes_per_partition != t.sbuf_bytes_per_partition || ct.psum_bytes_per_partition != t.psum_bytes_per_partition)
-    throw NkiError("runtime", "nki executor", "", "core state does not match the program's target", "");
+  if (ct.sbuf_bytes_per_partition != t.sbuf_bytes_per_partition ||
+      ct.psum_bytes_per_partition != t.psum_bytes_per_partition)
+    throw NkiError("runtime", "nki executor", "", "core state does not match the program's target",
+                   "");
   core.regs.assign(static_cast<size_t>(prog.num_registers()), 0);
   std::fill(std::begin(core.act_acc), std::end(core.act_acc), 0.0f);
   std::fill(std::begin(core.act_acc_def), std::end(core.act_acc_def), uint8_t{1});
@@ -424,8 +432,10 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   int64_t iterations = 0, executed = 0;
   auto count_iteration = [&] {
     if (++iterations > opt.max_loop_iterations)
-      c.fail("runtime", "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) + " iterations",
-             "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+      c.fail(
+          "runtime",
+          "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) + " iterations",
+          "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
   };
   auto& regs = core.regs;
   while (c.pc < n) {
@@ -461,13 +471,23 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
     }
     c.dyn.fill(0);
     switch (in.op) {
-      case Op::DmaCopy: exec_dma(c); break;
-      case Op::Matmul: exec_matmul(c); break;
-      case Op::Transpose: exec_transpose(c); break;
+      case Op::DmaCopy:
+        exec_dma(c);
+        break;
+      case Op::Matmul:
+        exec_matmul(c);
+        break;
+      case Op::Transpose:
+        exec_transpose(c);
+        break;
       case Op::RegMove:
       case Op::RegLoad:
-      case Op::RegStore: exec_register(c); break;
-      default: exec_compute(c); break;
+      case Op::RegStore:
+        exec_register(c);
+        break;
+      default:
+        exec_compute(c);
+        break;
     }
     ++executed;
     if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});

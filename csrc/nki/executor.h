@@ -30,7 +30,7 @@ struct Binding {
 
 struct ExecOptions {
   bool check_uninit = false;
-  bool record_trace = false;               // keep the executed instruction sequence (cost model)
+  bool record_trace = false;  // keep the executed instruction sequence (cost model)
   int64_t max_loop_iterations = int64_t{1} << 31;
 };
 
@@ -82,7 +82,7 @@ class CoreState {
 std::shared_ptr<CoreState> acquire_core(const Target& t);
 
 // Runs `prog` (finalized) with `bindings` indexed by HBM slot. Throws NkiError.
-void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings, const ExecOptions& opt,
-             ExecReport* report);
+void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
+             const ExecOptions& opt, ExecReport* report);
 
 }  // namespace neuron::nki

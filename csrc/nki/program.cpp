@@ -10,17 +10,34 @@ namespace neuron::nki {
 
 namespace {
 
-constexpr std::string_view kOpNames[] = {
-    "nki.isa.dma_copy",          "nki.isa.tensor_copy",         "nki.isa.memset",
-    "nki.isa.iota",              "nki.isa.tensor_tensor",       "nki.isa.tensor_scalar",
-    "nki.isa.scalar_tensor_tensor", "nki.isa.tensor_reduce",    "nki.isa.tensor_partition_reduce",
-    "nki.isa.activation",        "nki.isa.reciprocal",          "nki.isa.tensor_tensor_scan",
-    "nki.isa.tensor_scalar_reduce", "nki.isa.nc_matmul",        "nki.isa.nc_transpose",
-    "nki.isa.affine_select",     "nki.isa.select_reduce",       "nki.isa.tensor_copy_predicated",
-    "nki.isa.bn_stats",          "nki.isa.bn_aggr",             "nki.isa.max8",
-    "nki.isa.register_move",     "nki.isa.register_load",       "nki.isa.register_store",
-    "nki.language.fori_loop",    "nki.language.fori_loop (end)", "nki.language.while_loop",
-    "nki.language.while_loop (end)"};
+constexpr std::string_view kOpNames[] = {"nki.isa.dma_copy",
+                                         "nki.isa.tensor_copy",
+                                         "nki.isa.memset",
+                                         "nki.isa.iota",
+                                         "nki.isa.tensor_tensor",
+                                         "nki.isa.tensor_scalar",
+                                         "nki.isa.scalar_tensor_tensor",
+                                         "nki.isa.tensor_reduce",
+                                         "nki.isa.tensor_partition_reduce",
+                                         "nki.isa.activation",
+                                         "nki.isa.reciprocal",
+                                         "nki.isa.tensor_tensor_scan",
+                                         "nki.isa.tensor_scalar_reduce",
+                                         "nki.isa.nc_matmul",
+                                         "nki.isa.nc_transpose",
+                                         "nki.isa.affine_select",
+                                         "nki.isa.select_reduce",
+                                         "nki.isa.tensor_copy_predicated",
+                                         "nki.isa.bn_stats",
+                                         "nki.isa.bn_aggr",
+                                         "nki.isa.max8",
+                                         "nki.isa.register_move",
+                                         "nki.isa.register_load",
+                                         "nki.isa.register_store",
+                                         "nki.language.fori_loop",
+                                         "nki.language.fori_loop (end)",
+                                         "nki.language.while_loop",
+                                         "nki.language.while_loop (end)"};
 static_assert(std::size(kOpNames) == static_cast<size_t>(Op::Count));
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -55,7 +72,8 @@ struct Reader {
   size_t pos = 0;
   template <typename T>
   T get() {
-    if (pos + sizeof(T) > in.size()) throw NkiError("validation", "nki trace cache", "", "truncated program", "");
+    if (pos + sizeof(T) > in.size())
+      throw NkiError("validation", "nki trace cache", "", "truncated program", "");
     T v;
     std::memcpy(&v, in.data() + pos, sizeof(T));
     pos += sizeof(T);
@@ -63,7 +81,8 @@ struct Reader {
   }
   std::string get_str() {
     const auto n = get<uint32_t>();
-    if (pos + n > in.size()) throw NkiError("validation", "nki trace cache", "", "truncated program", "");
+    if (pos + n > in.size())
+      throw NkiError("validation", "nki trace cache", "", "truncated program", "");
     std::string s(in.substr(pos, n));
     pos += n;
     return s;
@@ -74,29 +93,40 @@ struct Reader {
 
 std::string_view mem_name(Mem m) {
   switch (m) {
-    case Mem::Hbm: return "HBM";
-    case Mem::Sbuf: return "SBUF";
-    case Mem::Psum: return "PSUM";
+    case Mem::Hbm:
+      return "HBM";
+    case Mem::Sbuf:
+      return "SBUF";
+    case Mem::Psum:
+      return "PSUM";
   }
   return "?";
 }
 
 std::string_view engine_name(Engine e) {
   switch (e) {
-    case Engine::Tensor: return "Tensor";
-    case Engine::Vector: return "Vector";
-    case Engine::Scalar: return "Scalar";
-    case Engine::GpSimd: return "GpSimd";
-    case Engine::Dma: return "DMA";
-    case Engine::Sync: return "Sync";
-    case Engine::Count: break;
+    case Engine::Tensor:
+      return "Tensor";
+    case Engine::Vector:
+      return "Vector";
+    case Engine::Scalar:
+      return "Scalar";
+    case Engine::GpSimd:
+      return "GpSimd";
+    case Engine::Dma:
+      return "DMA";
+    case Engine::Sync:
+      return "Sync";
+    case Engine::Count:
+      break;
   }
   return "?";
 }
 
 std::string_view op_name(Op op) {
   const int i = static_cast<int>(op);
-  return i >= 0 && i < static_cast<int>(Op::Count) ? kOpNames[i] : std::string_view("nki.isa.<invalid>");
+  return i >= 0 && i < static_cast<int>(Op::Count) ? kOpNames[i]
+                                                   : std::string_view("nki.isa.<invalid>");
 }
 
 int64_t Ap::numel() const {
@@ -143,8 +173,10 @@ int32_t Program::add_buffer(Buffer b) {
   if (b.shape.empty() && b.mem != Mem::Hbm) bad("on-chip tensors need at least one dimension", "");
   b.numel = 1;
   for (int64_t s : b.shape) {
-    if (s <= 0) bad("tensor '" + b.name + "' has shape " + shape_str(b.shape) + " with a non-positive dimension",
-                    "tensor dimensions must be positive");
+    if (s <= 0)
+      bad("tensor '" + b.name + "' has shape " + shape_str(b.shape) +
+              " with a non-positive dimension",
+          "tensor dimensions must be positive");
     b.numel *= s;
   }
   const int64_t es = dt_size(b.dtype);
@@ -155,22 +187,26 @@ int32_t Program::add_buffer(Buffer b) {
     b.total_bytes = b.bytes_per_partition * b.partitions;
     const std::string mem(mem_name(b.mem));
     if (b.partitions > target_.partitions)
-      bad(mem + " tensor '" + b.name + "' of shape " + shape_str(b.shape) + " has partition dimension " +
-              std::to_string(b.partitions) + " > " + std::to_string(target_.partitions),
+      bad(mem + " tensor '" + b.name + "' of shape " + shape_str(b.shape) +
+              " has partition dimension " + std::to_string(b.partitions) + " > " +
+              std::to_string(target_.partitions),
           "partition dimension (dim 0) <= 128 (nl.tile_size.pmax)");
-    const int64_t cap = b.mem == Mem::Sbuf ? target_.sbuf_bytes_per_partition : target_.psum_bytes_per_partition;
+    const int64_t cap =
+        b.mem == Mem::Sbuf ? target_.sbuf_bytes_per_partition : target_.psum_bytes_per_partition;
     if (b.bytes_per_partition > cap)
       bad(mem + " tensor '" + b.name + "' of shape " + shape_str(b.shape) + " needs " +
-              std::to_string(b.bytes_per_partition) + " bytes per partition > " + std::to_string(cap),
+              std::to_string(b.bytes_per_partition) + " bytes per partition > " +
+              std::to_string(cap),
           mem + " capacity per partition (" + std::to_string(cap) + " bytes)");
     if (b.fixed_offset >= 0) {
       if (b.fixed_partition < 0 || b.fixed_partition + b.partitions > target_.partitions)
-        bad("address=(" + std::to_string(b.fixed_partition) + ", " + std::to_string(b.fixed_offset) +
-                ") puts partitions outside [0, 128)",
+        bad("address=(" + std::to_string(b.fixed_partition) + ", " +
+                std::to_string(b.fixed_offset) + ") puts partitions outside [0, 128)",
             "manual placement must stay inside the partitions");
       if (b.fixed_offset + b.bytes_per_partition > cap)
-        bad("address=(" + std::to_string(b.fixed_partition) + ", " + std::to_string(b.fixed_offset) + ") with " +
-                std::to_string(b.bytes_per_partition) + " bytes per partition ends past " + std::to_string(cap),
+        bad("address=(" + std::to_string(b.fixed_partition) + ", " +
+                std::to_string(b.fixed_offset) + ") with " + std::to_string(b.bytes_per_partition) +
+                " bytes per partition ends past " + std::to_string(cap),
             mem + " capacity per partition (" + std::to_string(cap) + " bytes)");
       if (b.mem == Mem::Psum && b.fixed_offset % target_.psum_bank_bytes() != 0)
         bad("PSUM tensor '" + b.name + "' at byte offset " + std::to_string(b.fixed_offset) +
@@ -189,7 +225,9 @@ int32_t Program::add_buffer(Buffer b) {
 
 int32_t Program::add_register() { return num_regs_++; }
 
-void Program::patch(int32_t idx, int k, int64_t value) { instrs_.at(static_cast<size_t>(idx)).i.at(k) = value; }
+void Program::patch(int32_t idx, int k, int64_t value) {
+  instrs_.at(static_cast<size_t>(idx)).i.at(k) = value;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Verification
@@ -199,29 +237,38 @@ void Program::verify_ap(const Instr& in, int k, const char* role) const {
   if (a.buf < 0 || a.buf >= static_cast<int32_t>(buffers_.size()))
     fail(in, std::string(role) + " refers to an unknown tensor", "");
   const Buffer& b = buffers_[a.buf];
-  const std::string who = std::string(role) + " ('" + b.name + "' in " + std::string(mem_name(b.mem)) + ")";
+  const std::string who =
+      std::string(role) + " ('" + b.name + "' in " + std::string(mem_name(b.mem)) + ")";
   if (a.ndim < 1 || a.ndim > kMaxApDims)
-    fail(in, who + " has " + std::to_string(a.ndim) + " dimensions", "access patterns have 1 to 6 dimensions");
+    fail(in, who + " has " + std::to_string(a.ndim) + " dimensions",
+         "access patterns have 1 to 6 dimensions");
   for (int d = 0; d < a.ndim; ++d)
-    if (a.num[d] <= 0) fail(in, who + " has an empty dimension in shape " + ap_shape(a), "access patterns are non-empty");
+    if (a.num[d] <= 0)
+      fail(in, who + " has an empty dimension in shape " + ap_shape(a),
+           "access patterns are non-empty");
   const int64_t es = dt_size(a.dtype), bes = dt_size(b.dtype);
   if (is_onchip(b.mem)) {
     if (a.num[0] > target_.partitions)
-      fail(in, who + " partition dimension " + std::to_string(a.num[0]) + " exceeds maximum " +
-                   std::to_string(target_.partitions),
+      fail(in,
+           who + " partition dimension " + std::to_string(a.num[0]) + " exceeds maximum " +
+               std::to_string(target_.partitions),
            "partition dimension <= 128 (nl.tile_size.pmax)");
     if (a.ndim - 1 > 4)
-      fail(in, who + " has " + std::to_string(a.ndim - 1) + " free dimensions in shape " + ap_shape(a),
+      fail(in,
+           who + " has " + std::to_string(a.ndim - 1) + " free dimensions in shape " + ap_shape(a),
            "on-chip access patterns have at most 4 free dimensions");
     if (b.bytes_per_partition % es != 0)
-      fail(in, who + " views a tensor of " + std::to_string(b.bytes_per_partition) + " bytes per partition as " +
-                   std::string(dt_name(a.dtype)),
+      fail(in,
+           who + " views a tensor of " + std::to_string(b.bytes_per_partition) +
+               " bytes per partition as " + std::string(dt_name(a.dtype)),
            "a reinterpreting view must tile the partition exactly");
     const int64_t fa = b.bytes_per_partition / es;  // elements per partition in the view's dtype
     const bool broadcast_ok = in.op == Op::DmaCopy && k != 0 && a.step[0] == 0;
     if (a.num[0] > 1 && a.step[0] != fa && !broadcast_ok)
-      fail(in, who + " steps " + std::to_string(a.step[0]) + " elements between partitions, but the tensor has " +
-                   std::to_string(fa) + " elements per partition",
+      fail(in,
+           who + " steps " + std::to_string(a.step[0]) +
+               " elements between partitions, but the tensor has " + std::to_string(fa) +
+               " elements per partition",
            "the partition dimension is accessed contiguously (step = elements per partition)");
     if (a.reg < 0) {
       if (a.offset < 0 || a.offset >= b.partitions * fa)
@@ -235,26 +282,32 @@ void Program::verify_ap(const Instr& in, int k, const char* role) const {
       }
       const int64_t plast = p0 + (a.step[0] == 0 ? 0 : a.num[0] - 1);
       if (plast >= b.partitions)
-        fail(in, who + " accesses partitions " + std::to_string(p0) + ".." + std::to_string(plast) +
-                     " of a tensor with " + std::to_string(b.partitions) + " partitions",
+        fail(in,
+             who + " accesses partitions " + std::to_string(p0) + ".." + std::to_string(plast) +
+                 " of a tensor with " + std::to_string(b.partitions) + " partitions",
              "accesses stay inside the tensor");
       if (flo < 0 || fhi >= fa)
-        fail(in, who + " accesses elements " + std::to_string(flo) + ".." + std::to_string(fhi) +
-                     " of each partition, which holds " + std::to_string(fa),
+        fail(in,
+             who + " accesses elements " + std::to_string(flo) + ".." + std::to_string(fhi) +
+                 " of each partition, which holds " + std::to_string(fa),
              "accesses stay inside the tensor (free dimensions never cross partitions)");
       // Compute engines address partitions in quadrants of 32 (DMA is not restricted).
       if (in.op != Op::DmaCopy && a.step[0] != 0) {
         const int64_t np = a.num[0];
         const bool ok = np > 64 ? p0 == 0 : (np > 32 ? (p0 == 0 || p0 == 64) : p0 % 32 == 0);
         if (!ok)
-          fail(in, who + " starts at partition " + std::to_string(p0) + " with " + std::to_string(np) + " partitions",
-               "compute engines start at partition 0 (>64 partitions), 0/64 (>32) or a multiple of 32");
+          fail(in,
+               who + " starts at partition " + std::to_string(p0) + " with " + std::to_string(np) +
+                   " partitions",
+               "compute engines start at partition 0 (>64 partitions), 0/64 (>32) or a multiple of "
+               "32");
       }
     }
   } else {
     if (b.total_bytes % es != 0)
-      fail(in, who + " views a tensor of " + std::to_string(b.total_bytes) + " bytes as " +
-                   std::string(dt_name(a.dtype)),
+      fail(in,
+           who + " views a tensor of " + std::to_string(b.total_bytes) + " bytes as " +
+               std::string(dt_name(a.dtype)),
            "a reinterpreting view must tile the tensor exactly");
     if (a.reg < 0) {
       const int64_t n = b.total_bytes / es;
@@ -264,8 +317,9 @@ void Program::verify_ap(const Instr& in, int k, const char* role) const {
         (ext < 0 ? lo : hi) += ext;
       }
       if (lo < 0 || hi >= n)
-        fail(in, who + " accesses elements " + std::to_string(lo) + ".." + std::to_string(hi) + " of a tensor with " +
-                     std::to_string(n),
+        fail(in,
+             who + " accesses elements " + std::to_string(lo) + ".." + std::to_string(hi) +
+                 " of a tensor with " + std::to_string(n),
              "accesses stay inside the tensor");
     }
   }
@@ -289,30 +343,37 @@ void Program::verify(const Instr& in) const {
   };
   auto onchip = [&](int k, const char* role) {
     if (!is_onchip(mem(k)))
-      fail(in, std::string(role) + " '" + name(k) + "' is in HBM", "engine operands live in SBUF or PSUM");
+      fail(in, std::string(role) + " '" + name(k) + "' is in HBM",
+           "engine operands live in SBUF or PSUM");
   };
   auto in_sbuf = [&](int k, const char* role, const char* rule) {
     if (mem(k) != Mem::Sbuf)
-      fail(in, std::string(role) + " '" + name(k) + "' is in " + std::string(mem_name(mem(k))) + ", not SBUF", rule);
+      fail(in,
+           std::string(role) + " '" + name(k) + "' is in " + std::string(mem_name(mem(k))) +
+               ", not SBUF",
+           rule);
   };
   auto same_parts = [&](int a, const char* ra, int b, const char* rb) {
     if (P(a) != P(b))
-      fail(in, std::string(ra) + " has " + std::to_string(P(a)) + " partitions but " + rb + " has " +
-                   std::to_string(P(b)),
+      fail(in,
+           std::string(ra) + " has " + std::to_string(P(a)) + " partitions but " + rb + " has " +
+               std::to_string(P(b)),
            "operands have the same partition dimension");
   };
   auto same_free = [&](int a, const char* ra, int b, const char* rb) {
     if (F(a) != F(b))
-      fail(in, std::string(ra) + " has " + std::to_string(F(a)) + " elements per partition but " + rb + " has " +
-                   std::to_string(F(b)),
+      fail(in,
+           std::string(ra) + " has " + std::to_string(F(a)) + " elements per partition but " + rb +
+               " has " + std::to_string(F(b)),
            "operands have the same number of elements per partition");
   };
   auto vector_operand = [&](int k, int data, const char* role) {
     if (!present(k)) return;
     onchip(k, role);
     if (P(k) != P(data) || F(k) != 1)
-      fail(in, std::string(role) + " has shape " + ap_shape(in.ap[k]) + "; expected (" + std::to_string(P(data)) +
-                   ", 1)",
+      fail(in,
+           std::string(role) + " has shape " + ap_shape(in.ap[k]) + "; expected (" +
+               std::to_string(P(data)) + ", 1)",
            "vector operands have one element per partition");
   };
   auto not_packed = [&](int k, const char* role) {
@@ -321,14 +382,16 @@ void Program::verify(const Instr& in) const {
            "engines do not compute on packed types (DMA only)");
   };
   auto alu_ok = [&](int64_t code, const char* role) {
-    if (code < 0 || code >= static_cast<int64_t>(Alu::Count)) fail(in, std::string("invalid ") + role, "");
+    if (code < 0 || code >= static_cast<int64_t>(Alu::Count))
+      fail(in, std::string("invalid ") + role, "");
   };
   auto bitvec_ints = [&](int64_t code, std::initializer_list<int> ks) {
     if (!alu_is_bitvec(static_cast<Alu>(code))) return;
     for (int k : ks)
       if (present(k) && !dt_is_int(dt(k)))
-        fail(in, "bitvec operator " + std::string(alu_name(static_cast<Alu>(code))) + " needs integer dtypes, got " +
-                     std::string(dt_name(dt(k))),
+        fail(in,
+             "bitvec operator " + std::string(alu_name(static_cast<Alu>(code))) +
+                 " needs integer dtypes, got " + std::string(dt_name(dt(k))),
              "bitvec operators work on integer bit patterns");
   };
 
@@ -348,12 +411,15 @@ void Program::verify(const Instr& in) const {
           fail(in, std::string(k ? "src" : "dst") + " '" + name(k) + "' is in PSUM",
                "DMA cannot access PSUM; move PSUM data to SBUF with nisa.tensor_copy first");
       if (in.ap[0].numel() != in.ap[1].numel())
-        fail(in, "src has shape " + ap_shape(in.ap[1]) + " (" + std::to_string(in.ap[1].numel()) +
-                     " elements) but dst has shape " + ap_shape(in.ap[0]) + " (" +
-                     std::to_string(in.ap[0].numel()) + " elements)",
+        fail(in,
+             "src has shape " + ap_shape(in.ap[1]) + " (" + std::to_string(in.ap[1].numel()) +
+                 " elements) but dst has shape " + ap_shape(in.ap[0]) + " (" +
+                 std::to_string(in.ap[0].numel()) + " elements)",
              "DMA copy in/out element counts must match");
       if ((dt_is_packed(dt(0)) || dt_is_packed(dt(1))) && dt(0) != dt(1))
-        fail(in, "cannot cast between " + std::string(dt_name(dt(1))) + " and " + std::string(dt_name(dt(0))),
+        fail(in,
+             "cannot cast between " + std::string(dt_name(dt(1))) + " and " +
+                 std::string(dt_name(dt(0))),
              "DMA casts are not supported for packed MX types");
       break;
     }
@@ -382,15 +448,19 @@ void Program::verify(const Instr& in) const {
       in_sbuf(0, "dst", "iota/affine_select write SBUF (GpSimd Engine)");
       not_packed(0, "dst");
       const int64_t nd = in.i[0];
-      if (nd < 1 || nd > 4) fail(in, "pattern has " + std::to_string(nd) + " dimensions", "patterns have 1 to 4 dimensions");
+      if (nd < 1 || nd > 4)
+        fail(in, "pattern has " + std::to_string(nd) + " dimensions",
+             "patterns have 1 to 4 dimensions");
       int64_t total = 1;
       for (int d = 0; d < nd; ++d) {
-        if (in.i[2 + 2 * d] <= 0) fail(in, "pattern dimension " + std::to_string(d) + " is empty", "");
+        if (in.i[2 + 2 * d] <= 0)
+          fail(in, "pattern dimension " + std::to_string(d) + " is empty", "");
         total *= in.i[2 + 2 * d];
       }
       if (total != F(0))
-        fail(in, "pattern produces " + std::to_string(total) + " elements per partition but dst has " +
-                     std::to_string(F(0)),
+        fail(in,
+             "pattern produces " + std::to_string(total) + " elements per partition but dst has " +
+                 std::to_string(F(0)),
              "the pattern covers dst's free dimensions exactly");
       if (in.op == Op::AffineSelect) {
         need(1, "on_true_tile");
@@ -440,21 +510,27 @@ void Program::verify(const Instr& in) const {
         if (in.i[1] >= 0) {
           alu_ok(in.i[1], "op1");
           if (alu_is_bitvec(static_cast<Alu>(in.i[0])) != alu_is_bitvec(static_cast<Alu>(in.i[1])))
-            fail(in, "op0 " + std::string(alu_name(static_cast<Alu>(in.i[0]))) + " and op1 " +
-                         std::string(alu_name(static_cast<Alu>(in.i[1]))) + " mix bitvec and arithmetic operators",
+            fail(in,
+                 "op0 " + std::string(alu_name(static_cast<Alu>(in.i[0]))) + " and op1 " +
+                     std::string(alu_name(static_cast<Alu>(in.i[1]))) +
+                     " mix bitvec and arithmetic operators",
                  "both operators of tensor_scalar are bitvec or both arithmetic");
           bitvec_ints(in.i[1], {0, 1});
         }
         bitvec_ints(in.i[0], {0, 1});
         if (in.engine == Engine::Scalar) {
           const auto o0 = static_cast<Alu>(in.i[0]);
-          const bool ok = (o0 == Alu::Multiply && (in.i[1] < 0 || in.i[1] == static_cast<int64_t>(Alu::Add))) ||
-                          (o0 == Alu::Add && in.i[1] < 0);
+          const bool ok =
+              (o0 == Alu::Multiply && (in.i[1] < 0 || in.i[1] == static_cast<int64_t>(Alu::Add))) ||
+              (o0 == Alu::Add && in.i[1] < 0);
           if (!ok)
-            fail(in, "operators (" + std::string(alu_name(o0)) + ", " +
-                         (in.i[1] < 0 ? std::string("None") : std::string(alu_name(static_cast<Alu>(in.i[1])))) +
-                         ") on the Scalar Engine",
-                 "Scalar Engine tensor_scalar supports (multiply, add), (multiply, None), (add, None)");
+            fail(in,
+                 "operators (" + std::string(alu_name(o0)) + ", " +
+                     (in.i[1] < 0 ? std::string("None")
+                                  : std::string(alu_name(static_cast<Alu>(in.i[1])))) +
+                     ") on the Scalar Engine",
+                 "Scalar Engine tensor_scalar supports (multiply, add), (multiply, None), (add, "
+                 "None)");
         }
       } else if (in.op == Op::ScalarTensorTensor) {
         need(3, "operand1");
@@ -462,17 +538,21 @@ void Program::verify(const Instr& in) const {
         same_parts(3, "operand1", 1, "data");
         same_free(3, "operand1", 1, "data");
         if (mem(1) == Mem::Psum && mem(3) == Mem::Psum)
-          fail(in, "data and operand1 are both in PSUM", "scalar_tensor_tensor: data and operand1 cannot both be in PSUM");
+          fail(in, "data and operand1 are both in PSUM",
+               "scalar_tensor_tensor: data and operand1 cannot both be in PSUM");
         alu_ok(in.i[1], "op1");
       } else {
         need(3, "reduce_res");
         vector_operand(3, 1, "reduce_res");
         alu_ok(in.i[1], "reduce_op");
         const auto r = static_cast<Alu>(in.i[1]);
-        if (r != Alu::Add && r != Alu::Subtract && r != Alu::Multiply && r != Alu::Max && r != Alu::Min)
-          fail(in, "reduce_op " + std::string(alu_name(r)), "tensor_scalar_reduce reduces with add, subtract, multiply, max or min");
+        if (r != Alu::Add && r != Alu::Subtract && r != Alu::Multiply && r != Alu::Max &&
+            r != Alu::Min)
+          fail(in, "reduce_op " + std::string(alu_name(r)),
+               "tensor_scalar_reduce reduces with add, subtract, multiply, max or min");
         if (alu_is_bitvec(static_cast<Alu>(in.i[0])))
-          fail(in, "op0 is a bitvec operator", "tensor_scalar_reduce supports arithmetic operators only");
+          fail(in, "op0 is a bitvec operator",
+               "tensor_scalar_reduce supports arithmetic operators only");
       }
       break;
     }
@@ -484,14 +564,18 @@ void Program::verify(const Instr& in) const {
       not_packed(1, "data");
       alu_ok(in.i[0], "op");
       if (!alu_is_reduction_op(static_cast<Alu>(in.i[0])))
-        fail(in, "op " + std::string(alu_name(static_cast<Alu>(in.i[0]))) + " is not a reduction operator",
-             "tensor_reduce reduces with add, subtract, multiply, maximum, minimum, abs_max or bitwise and/or/xor");
+        fail(in,
+             "op " + std::string(alu_name(static_cast<Alu>(in.i[0]))) +
+                 " is not a reduction operator",
+             "tensor_reduce reduces with add, subtract, multiply, maximum, minimum, abs_max or "
+             "bitwise and/or/xor");
       bitvec_ints(in.i[0], {0, 1});
       const int64_t mask = in.i[1];
       const int nd = in.ap[1].ndim;
       if (mask & 1)
         fail(in, "axis includes 0, the partition dimension",
-             "tensor_reduce reduces free axes only; transpose or matmul with ones to reduce partitions");
+             "tensor_reduce reduces free axes only; transpose or matmul with ones to reduce "
+             "partitions");
       int first = -1, last = -1, count = 0;
       for (int d = 1; d < nd; ++d)
         if (mask & (int64_t{1} << d)) {
@@ -499,17 +583,21 @@ void Program::verify(const Instr& in) const {
           last = d;
           ++count;
         }
-      if (mask >> nd) fail(in, "axis refers to a dimension >= " + std::to_string(nd), "reduction axes exist");
+      if (mask >> nd)
+        fail(in, "axis refers to a dimension >= " + std::to_string(nd), "reduction axes exist");
       if (count == 0) fail(in, "no axis to reduce", "tensor_reduce needs at least one free axis");
       if (last != nd - 1 || last - first + 1 != count)
-        fail(in, "axes must be the last contiguous free dimensions of data with shape " + ap_shape(in.ap[1]),
+        fail(in,
+             "axes must be the last contiguous free dimensions of data with shape " +
+                 ap_shape(in.ap[1]),
              "tensor_reduce axis is [1], [1,2], ... ending at the most minor dimension");
       same_parts(0, "dst", 1, "data");
       int64_t kept = 1;
       for (int d = 1; d < first; ++d) kept *= in.ap[1].num[d];
       if (F(0) != kept)
-        fail(in, "dst has " + std::to_string(F(0)) + " elements per partition; reducing data " + ap_shape(in.ap[1]) +
-                     " leaves " + std::to_string(kept),
+        fail(in,
+             "dst has " + std::to_string(F(0)) + " elements per partition; reducing data " +
+                 ap_shape(in.ap[1]) + " leaves " + std::to_string(kept),
              "tensor_reduce output shape");
       break;
     }
@@ -521,8 +609,11 @@ void Program::verify(const Instr& in) const {
       const auto op = static_cast<Alu>(in.i[0]);
       alu_ok(in.i[0], "op");
       if (op != Alu::Add && op != Alu::Max && op != Alu::BitOr && op != Alu::BitAnd)
-        fail(in, "op " + std::string(alu_name(op)), "tensor_partition_reduce supports add, maximum, bitwise_or, bitwise_and");
-      if (P(0) != 1) fail(in, "dst has " + std::to_string(P(0)) + " partitions", "the partition reduction result has 1 partition");
+        fail(in, "op " + std::string(alu_name(op)),
+             "tensor_partition_reduce supports add, maximum, bitwise_or, bitwise_and");
+      if (P(0) != 1)
+        fail(in, "dst has " + std::to_string(P(0)) + " partitions",
+             "the partition reduction result has 1 partition");
       same_free(0, "dst", 1, "data");
       break;
     }
@@ -540,15 +631,18 @@ void Program::verify(const Instr& in) const {
       opt(3, "scale");
       vector_operand(3, 1, "scale");
       if (present(2) && dt(2) != DT::Float32 && dt(2) != DT::BFloat16 && dt(2) != DT::Float16)
-        fail(in, "bias has dtype " + std::string(dt_name(dt(2))), "activation bias is float32, bfloat16 or float16");
-      if (in.i[0] < 0 || in.i[0] >= static_cast<int64_t>(Act::Count) || act_is_integer_only(static_cast<Act>(in.i[0])))
+        fail(in, "bias has dtype " + std::string(dt_name(dt(2))),
+             "activation bias is float32, bfloat16 or float16");
+      if (in.i[0] < 0 || in.i[0] >= static_cast<int64_t>(Act::Count) ||
+          act_is_integer_only(static_cast<Act>(in.i[0])))
         fail(in, "invalid activation function", "");
       opt(4, "reduce_res");
       if (present(4)) vector_operand(4, 1, "reduce_res");
       if (in.i[1] >= 0 && in.i[1] != static_cast<int64_t>(Alu::Add))
         fail(in, "reduce_op is " + std::string(alu_name(static_cast<Alu>(in.i[1]))),
              "reduce_op must be nl.add: the Scalar Engine reduction registers can only sum");
-      if (in.i[2] < 0 || in.i[2] > static_cast<int64_t>(ReduceCmd::LoadReduce)) fail(in, "invalid reduce_cmd", "");
+      if (in.i[2] < 0 || in.i[2] > static_cast<int64_t>(ReduceCmd::LoadReduce))
+        fail(in, "invalid reduce_cmd", "");
       break;
     }
     case Op::Reciprocal: {
@@ -567,7 +661,8 @@ void Program::verify(const Instr& in) const {
       need(2, "data1");
       for (int k = 0; k < 3; ++k) onchip(k, "operand");
       if (mem(1) == Mem::Psum && mem(2) == Mem::Psum)
-        fail(in, "data0 and data1 are both in PSUM", "tensor_tensor_scan inputs cannot both be in PSUM");
+        fail(in, "data0 and data1 are both in PSUM",
+             "tensor_tensor_scan inputs cannot both be in PSUM");
       same_parts(1, "data0", 2, "data1");
       same_parts(0, "dst", 1, "data0");
       same_free(1, "data0", 2, "data1");
@@ -586,55 +681,72 @@ void Program::verify(const Instr& in) const {
       need(1, "stationary");
       need(2, "moving");
       if (mem(0) != Mem::Psum)
-        fail(in, "dst '" + name(0) + "' is in " + std::string(mem_name(mem(0))), "nc_matmul writes its result to PSUM");
+        fail(in, "dst '" + name(0) + "' is in " + std::string(mem_name(mem(0))),
+             "nc_matmul writes its result to PSUM");
       in_sbuf(1, "stationary", "nc_matmul reads stationary and moving from SBUF");
       in_sbuf(2, "moving", "nc_matmul reads stationary and moving from SBUF");
       const bool dbl = in.i[2] == 1;
       auto mm_dtype_ok = [](DT t) {
-        return t == DT::Float32 || t == DT::TFloat32 || t == DT::BFloat16 || t == DT::Float16 || t == DT::F8E4M3 ||
-               t == DT::F8E4M3FN || t == DT::F8E5M2;
+        return t == DT::Float32 || t == DT::TFloat32 || t == DT::BFloat16 || t == DT::Float16 ||
+               t == DT::F8E4M3 || t == DT::F8E4M3FN || t == DT::F8E5M2;
       };
       for (int k : {1, 2})
         if (!mm_dtype_ok(dt(k)))
-          fail(in, std::string(k == 1 ? "stationary" : "moving") + " has dtype " + std::string(dt_name(dt(k))),
+          fail(in,
+               std::string(k == 1 ? "stationary" : "moving") + " has dtype " +
+                   std::string(dt_name(dt(k))),
                "nc_matmul inputs are float8_e4m3/float8_e5m2/bfloat16/float16/tfloat32/float32");
       const bool f32a = dt(1) == DT::Float32, f32b = dt(2) == DT::Float32;
       if (f32a != f32b)
-        fail(in, "stationary is " + std::string(dt_name(dt(1))) + " but moving is " + std::string(dt_name(dt(2))),
+        fail(in,
+             "stationary is " + std::string(dt_name(dt(1))) + " but moving is " +
+                 std::string(dt_name(dt(2))),
              "nc_matmul: float32 operands cannot be mixed with 16/8-bit operands");
       if (P(1) != P(2))
-        fail(in, "stationary has " + std::to_string(P(1)) + " partitions (contraction) but moving has " +
-                     std::to_string(P(2)),
+        fail(in,
+             "stationary has " + std::to_string(P(1)) +
+                 " partitions (contraction) but moving has " + std::to_string(P(2)),
              "nc_matmul: stationary and moving share the contraction (partition) dimension");
       int64_t m = F(1), n = F(2);
       if (dbl) {
-        if (target_.nc_version < 3) fail(in, "perf_mode=double_row on NeuronCore-v2", "double_row needs NeuronCore-v3+");
+        if (target_.nc_version < 3)
+          fail(in, "perf_mode=double_row on NeuronCore-v2", "double_row needs NeuronCore-v3+");
         const bool fp8 = (dt(1) == DT::F8E4M3 || dt(1) == DT::F8E4M3FN || dt(1) == DT::F8E5M2) &&
                          (dt(2) == DT::F8E4M3 || dt(2) == DT::F8E4M3FN || dt(2) == DT::F8E5M2);
-        if (!fp8) fail(in, "double_row with non-fp8 inputs", "double_row performance mode takes fp8 inputs");
-        if (in.ap[1].ndim != 3 || in.ap[1].num[1] != 2 || in.ap[2].ndim != 3 || in.ap[2].num[1] != 2)
+        if (!fp8)
+          fail(in, "double_row with non-fp8 inputs",
+               "double_row performance mode takes fp8 inputs");
+        if (in.ap[1].ndim != 3 || in.ap[1].num[1] != 2 || in.ap[2].ndim != 3 ||
+            in.ap[2].num[1] != 2)
           fail(in, "stationary " + ap_shape(in.ap[1]) + " and moving " + ap_shape(in.ap[2]),
                "double_row operands are [K, 2, M] and [K, 2, N]");
         m /= 2;
         n /= 2;
-        if (in.i[1]) fail(in, "double_row with is_transpose", "double_row cannot be combined with transpose mode");
+        if (in.i[1])
+          fail(in, "double_row with is_transpose",
+               "double_row cannot be combined with transpose mode");
       }
       if (m > 128)
-        fail(in, "stationary free size " + std::to_string(m) + " exceeds maximum 128 (stationary shape " +
-                     ap_shape(in.ap[1]) + ")",
-             "Tensor Engine stationary tile is at most 128x128 (nl.tile_size.gemm_stationary_fmax)");
+        fail(
+            in,
+            "stationary free size " + std::to_string(m) +
+                " exceeds maximum 128 (stationary shape " + ap_shape(in.ap[1]) + ")",
+            "Tensor Engine stationary tile is at most 128x128 (nl.tile_size.gemm_stationary_fmax)");
       if (n > 512)
-        fail(in, "moving free size " + std::to_string(n) + " exceeds maximum 512 (moving shape " + ap_shape(in.ap[2]) +
-                     ")",
+        fail(in,
+             "moving free size " + std::to_string(n) + " exceeds maximum 512 (moving shape " +
+                 ap_shape(in.ap[2]) + ")",
              "Tensor Engine moving tile free size <= 512 (nl.tile_size.gemm_moving_fmax)");
       if (P(0) != m || F(0) != n)
-        fail(in, "dst has shape " + ap_shape(in.ap[0]) + " but stationary.T @ moving is (" + std::to_string(m) + ", " +
-                     std::to_string(n) + ")",
+        fail(in,
+             "dst has shape " + ap_shape(in.ap[0]) + " but stationary.T @ moving is (" +
+                 std::to_string(m) + ", " + std::to_string(n) + ")",
              "nc_matmul dst shape is (stationary free size, moving free size)");
       const bool same16 = dt(0) == dt(1) && (dt(0) == DT::BFloat16 || dt(0) == DT::Float16);
       if (dt(0) != DT::Float32 && !(in.i[1] && same16 && target_.nc_version >= 3))
         fail(in, "dst dtype is " + std::string(dt_name(dt(0))),
-             "nc_matmul accumulates in fp32 PSUM (bf16/fp16 output only in transpose mode on NeuronCore-v3)");
+             "nc_matmul accumulates in fp32 PSUM (bf16/fp16 output only in transpose mode on "
+             "NeuronCore-v3)");
       // One matmul writes within one PSUM bank of every partition.
       const Ap& d = in.ap[0];
       if (d.reg < 0) {
@@ -648,8 +760,9 @@ void Program::verify(const Instr& in) const {
         const int64_t bank = target_.psum_bank_bytes();
         const int64_t blo = lo * es, bhi = (hi + 1) * es - 1;
         if (blo / bank != bhi / bank)
-          fail(in, "the output spans bytes " + std::to_string(blo) + ".." + std::to_string(bhi) +
-                       " of each partition of '" + b.name + "', crossing a 2 KiB PSUM bank boundary",
+          fail(in,
+               "the output spans bytes " + std::to_string(blo) + ".." + std::to_string(bhi) +
+                   " of each partition of '" + b.name + "', crossing a 2 KiB PSUM bank boundary",
                "one nc_matmul output fits in one PSUM bank (2 KiB = 512 fp32 per partition)");
       }
       break;
@@ -661,7 +774,8 @@ void Program::verify(const Instr& in) const {
       if (in.engine == Engine::Tensor) {
         in_sbuf(1, "data", "Tensor Engine transpose reads SBUF");
         if (mem(0) != Mem::Psum)
-          fail(in, "dst '" + name(0) + "' is in " + std::string(mem_name(mem(0))), "Tensor Engine transpose writes PSUM");
+          fail(in, "dst '" + name(0) + "' is in " + std::string(mem_name(mem(0))),
+               "Tensor Engine transpose writes PSUM");
         if (F(1) > 128)
           fail(in, "data free size " + std::to_string(F(1)) + " exceeds maximum 128",
                "Tensor Engine transpose handles at most 128x128");
@@ -669,11 +783,13 @@ void Program::verify(const Instr& in) const {
         onchip(0, "dst");
         onchip(1, "data");
         if (P(1) > 32 || F(1) > 32)
-          fail(in, "data has shape " + ap_shape(in.ap[1]), "Vector Engine transpose handles at most 32x32");
+          fail(in, "data has shape " + ap_shape(in.ap[1]),
+               "Vector Engine transpose handles at most 32x32");
       }
       if (P(0) != F(1) || F(0) != P(1))
-        fail(in, "dst has shape " + ap_shape(in.ap[0]) + " but the transpose of " + ap_shape(in.ap[1]) + " is (" +
-                     std::to_string(F(1)) + ", " + std::to_string(P(1)) + ")",
+        fail(in,
+             "dst has shape " + ap_shape(in.ap[0]) + " but the transpose of " + ap_shape(in.ap[1]) +
+                 " is (" + std::to_string(F(1)) + ", " + std::to_string(P(1)) + ")",
              "transpose swaps the partition and free dimensions");
       break;
     }
@@ -683,7 +799,8 @@ void Program::verify(const Instr& in) const {
       need(2, "on_true");
       for (int k = 0; k < 3; ++k) onchip(k, "operand");
       if (mem(1) == Mem::Psum && mem(2) == Mem::Psum)
-        fail(in, "predicate and on_true are both in PSUM", "select_reduce: predicate and on_true cannot both be in PSUM");
+        fail(in, "predicate and on_true are both in PSUM",
+             "select_reduce: predicate and on_true cannot both be in PSUM");
       same_parts(0, "dst", 2, "on_true");
       same_parts(1, "predicate", 2, "on_true");
       same_free(0, "dst", 2, "on_true");
@@ -696,7 +813,8 @@ void Program::verify(const Instr& in) const {
       opt(4, "reduce_res");
       vector_operand(4, 2, "reduce_res");
       if (in.i[0] != static_cast<int64_t>(Alu::Max))
-        fail(in, "reduce_op " + std::string(alu_name(static_cast<Alu>(in.i[0]))), "select_reduce reduce_op supports max only");
+        fail(in, "reduce_op " + std::string(alu_name(static_cast<Alu>(in.i[0]))),
+             "select_reduce reduce_op supports max only");
       break;
     }
     case Op::CopyPredicated: {
@@ -727,25 +845,36 @@ void Program::verify(const Instr& in) const {
         if (F(1) > 512)
           fail(in, "data has " + std::to_string(F(1)) + " elements per partition",
                "bn_stats takes at most 512 elements per partition (nl.tile_size.bn_stats_fmax)");
-        if (F(0) != 6) fail(in, "dst has " + std::to_string(F(0)) + " elements per partition", "bn_stats writes 6 statistics per partition");
+        if (F(0) != 6)
+          fail(in, "dst has " + std::to_string(F(0)) + " elements per partition",
+               "bn_stats writes 6 statistics per partition");
       } else if (in.op == Op::BnAggr) {
         if (F(1) % 3 != 0)
-          fail(in, "data has " + std::to_string(F(1)) + " elements per partition", "bn_aggr reads (count, mean, var*count) triples");
-        if (F(0) != 2) fail(in, "dst has " + std::to_string(F(0)) + " elements per partition", "bn_aggr writes mean and variance");
+          fail(in, "data has " + std::to_string(F(1)) + " elements per partition",
+               "bn_aggr reads (count, mean, var*count) triples");
+        if (F(0) != 2)
+          fail(in, "dst has " + std::to_string(F(0)) + " elements per partition",
+               "bn_aggr writes mean and variance");
       } else {
-        if (F(1) < 8) fail(in, "data has " + std::to_string(F(1)) + " elements per partition", "max8 needs at least 8 elements per partition");
-        if (F(0) != 8) fail(in, "dst has " + std::to_string(F(0)) + " elements per partition", "max8 writes 8 values per partition");
+        if (F(1) < 8)
+          fail(in, "data has " + std::to_string(F(1)) + " elements per partition",
+               "max8 needs at least 8 elements per partition");
+        if (F(0) != 8)
+          fail(in, "dst has " + std::to_string(F(0)) + " elements per partition",
+               "max8 writes 8 values per partition");
       }
       break;
     }
     case Op::RegMove:
-      if (in.i[0] < 0 || in.i[0] >= num_regs_ || in.i[1] >= num_regs_) fail(in, "unknown register", "");
+      if (in.i[0] < 0 || in.i[0] >= num_regs_ || in.i[1] >= num_regs_)
+        fail(in, "unknown register", "");
       break;
     case Op::RegLoad:
     case Op::RegStore: {
       need(0, in.op == Op::RegLoad ? "src" : "dst");
       if (in.ap[0].numel() != 1)
-        fail(in, "the tensor view has " + std::to_string(in.ap[0].numel()) + " elements", "registers move exactly one element");
+        fail(in, "the tensor view has " + std::to_string(in.ap[0].numel()) + " elements",
+             "registers move exactly one element");
       if (!dt_is_int(dt(0)) && dt(0) != DT::Float32)
         fail(in, "dtype " + std::string(dt_name(dt(0))), "registers hold 32-bit integers");
       if (in.i[0] < 0 || in.i[0] >= num_regs_) fail(in, "unknown register", "");
@@ -754,7 +883,8 @@ void Program::verify(const Instr& in) const {
     case Op::LoopBegin:
       if (in.i[0] < 0 || in.i[0] >= num_regs_ || in.i[1] >= num_regs_ || in.i[3] >= num_regs_)
         fail(in, "unknown register", "");
-      if (in.i[5] <= 0) fail(in, "step " + std::to_string(in.i[5]), "fori_loop step is a positive constant");
+      if (in.i[5] <= 0)
+        fail(in, "step " + std::to_string(in.i[5]), "fori_loop step is a positive constant");
       break;
     case Op::WhileBegin:
       if (in.i[0] < 0 || in.i[0] >= num_regs_) fail(in, "unknown register", "");
@@ -768,7 +898,8 @@ void Program::verify(const Instr& in) const {
 }
 
 void Program::add(const Instr& in_) {
-  if (finalized_) throw NkiError("validation", instr_name(in_), location(in_), "program already finalized", "");
+  if (finalized_)
+    throw NkiError("validation", instr_name(in_), location(in_), "program already finalized", "");
   Instr in = in_;
   if (in.op >= Op::Count) fail(in, "invalid opcode", "");
   if (in.nap > kMaxOperands) fail(in, "too many operands", "");
@@ -783,7 +914,8 @@ void Program::add(const Instr& in_) {
     case Op::LoopEnd:
     case Op::WhileEnd: {
       const Op want = in.op == Op::LoopEnd ? Op::LoopBegin : Op::WhileBegin;
-      if (open_loops_.empty() || instrs_[open_loops_.back()].op != want) fail(in, "loop end without a matching begin", "");
+      if (open_loops_.empty() || instrs_[open_loops_.back()].op != want)
+        fail(in, "loop end without a matching begin", "");
       const int32_t begin = open_loops_.back();
       open_loops_.pop_back();
       in.i[0] = begin;
@@ -799,7 +931,8 @@ void Program::add(const Instr& in_) {
     if (!in.ap[k].present()) continue;
     if (in.ap[k].reg >= 0) dynamic_ = true;
     const bool writes = k == 0 && in.op != Op::RegLoad;
-    const bool extra_write = (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||
+    const bool extra_write = (in.op == Op::Activation && k == 4) ||
+                             (in.op == Op::SelectReduce && k == 4) ||
                              (in.op == Op::TensorScalarReduce && k == 3);
     if (writes || extra_write) buffers_[in.ap[k].buf].written = true;
   }
@@ -824,8 +957,10 @@ void Program::allocate() {
   // A tensor used inside a runtime loop stays live for the whole loop (later iterations reuse it).
   std::vector<std::pair<int32_t, int32_t>> loops;
   for (int32_t t = 0; t < n; ++t)
-    if (instrs_[t].op == Op::LoopBegin) loops.emplace_back(t, static_cast<int32_t>(instrs_[t].i[6]));
-    else if (instrs_[t].op == Op::WhileBegin) loops.emplace_back(t, static_cast<int32_t>(instrs_[t].i[1]));
+    if (instrs_[t].op == Op::LoopBegin)
+      loops.emplace_back(t, static_cast<int32_t>(instrs_[t].i[6]));
+    else if (instrs_[t].op == Op::WhileBegin)
+      loops.emplace_back(t, static_cast<int32_t>(instrs_[t].i[1]));
   for (bool changed = !loops.empty(); changed;) {
     changed = false;
     for (auto& b : buffers_) {
@@ -842,18 +977,21 @@ void Program::allocate() {
   }
 
   for (Mem mem : {Mem::Sbuf, Mem::Psum}) {
-    const int64_t cap = mem == Mem::Sbuf ? target_.sbuf_bytes_per_partition : target_.psum_bytes_per_partition;
+    const int64_t cap =
+        mem == Mem::Sbuf ? target_.sbuf_bytes_per_partition : target_.psum_bytes_per_partition;
     const int64_t align = mem == Mem::Sbuf ? 64 : target_.psum_bank_bytes();
     std::vector<int32_t> order;
     for (int32_t i = 0; i < static_cast<int32_t>(buffers_.size()); ++i)
       if (buffers_[i].mem == mem && buffers_[i].first_use >= 0) order.push_back(i);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return buffers_[a].first_use < buffers_[b].first_use; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return buffers_[a].first_use < buffers_[b].first_use;
+    });
     std::vector<int32_t> live;
     auto extent = [&](const Buffer& b) { return align_up(b.bytes_per_partition, align); };
     auto prange = [&](const Buffer& b) {
-      return b.fixed_offset >= 0 ? std::pair<int64_t, int64_t>{b.fixed_partition, b.fixed_partition + b.partitions}
-                                 : std::pair<int64_t, int64_t>{0, target_.partitions};
+      return b.fixed_offset >= 0
+                 ? std::pair<int64_t, int64_t>{b.fixed_partition, b.fixed_partition + b.partitions}
+                 : std::pair<int64_t, int64_t>{0, target_.partitions};
     };
     for (int32_t id : order) {
       Buffer& b = buffers_[id];
@@ -866,21 +1004,25 @@ void Program::allocate() {
           const Buffer& ob = buffers_[o];
           const auto [q0, q1] = prange(ob);
           const bool poverlap = p0 < q1 && q0 < p1;
-          const bool foverlap = b.fixed_offset < ob.addr + extent(ob) && ob.addr < b.fixed_offset + extent(b);
+          const bool foverlap =
+              b.fixed_offset < ob.addr + extent(ob) && ob.addr < b.fixed_offset + extent(b);
           if (poverlap && foverlap)
             throw NkiError("validation", instr_name(at), location(at),
-                           mname + " tensor '" + b.name + "' (allocated at " + str(b.loc) + ") placed at partitions [" +
-                               std::to_string(p0) + ", " + std::to_string(p1) + ") bytes [" +
-                               std::to_string(b.fixed_offset) + ", " + std::to_string(b.fixed_offset + extent(b)) +
-                               ") overlaps live tensor '" + ob.name + "' (allocated at " + str(ob.loc) +
-                               ") at partitions [" + std::to_string(q0) + ", " + std::to_string(q1) + ") bytes [" +
-                               std::to_string(ob.addr) + ", " + std::to_string(ob.addr + extent(ob)) + ")",
+                           mname + " tensor '" + b.name + "' (allocated at " + str(b.loc) +
+                               ") placed at partitions [" + std::to_string(p0) + ", " +
+                               std::to_string(p1) + ") bytes [" + std::to_string(b.fixed_offset) +
+                               ", " + std::to_string(b.fixed_offset + extent(b)) +
+                               ") overlaps live tensor '" + ob.name + "' (allocated at " +
+                               str(ob.loc) + ") at partitions [" + std::to_string(q0) + ", " +
+                               std::to_string(q1) + ") bytes [" + std::to_string(ob.addr) + ", " +
+                               std::to_string(ob.addr + extent(ob)) + ")",
                            "live " + mname + " tensors do not overlap");
         }
         b.addr = b.fixed_offset;
       } else {
         std::vector<std::pair<int64_t, int64_t>> used;
-        for (int32_t o : live) used.emplace_back(buffers_[o].addr, buffers_[o].addr + extent(buffers_[o]));
+        for (int32_t o : live)
+          used.emplace_back(buffers_[o].addr, buffers_[o].addr + extent(buffers_[o]));
         std::sort(used.begin(), used.end());
         int64_t addr = 0;
         for (auto [lo, hi] : used) {
@@ -891,23 +1033,27 @@ void Program::allocate() {
           int64_t total = extent(b);
           for (int32_t o : live) total += extent(buffers_[o]);
           std::vector<int32_t> by_size = live;
-          std::sort(by_size.begin(), by_size.end(),
-                    [&](int32_t x, int32_t y) { return extent(buffers_[x]) > extent(buffers_[y]); });
+          std::sort(by_size.begin(), by_size.end(), [&](int32_t x, int32_t y) {
+            return extent(buffers_[x]) > extent(buffers_[y]);
+          });
           std::string detail;
           for (size_t k = 0; k < by_size.size() && k < 6; ++k) {
             const Buffer& ob = buffers_[by_size[k]];
-            detail += (k ? ", " : "") + std::string("'") + ob.name + "' " + std::to_string(extent(ob)) + " B (" +
-                      str(ob.loc) + ")";
+            detail += (k ? ", " : "") + std::string("'") + ob.name + "' " +
+                      std::to_string(extent(ob)) + " B (" + str(ob.loc) + ")";
           }
           if (by_size.size() > 6) detail += ", ... " + std::to_string(by_size.size() - 6) + " more";
-          const std::string unit = mem == Mem::Psum ? " (" + std::to_string(total / align) + " of " +
-                                                          std::to_string(target_.psum_banks) + " banks)"
-                                                    : "";
+          const std::string unit = mem == Mem::Psum
+                                       ? " (" + std::to_string(total / align) + " of " +
+                                             std::to_string(target_.psum_banks) + " banks)"
+                                       : "";
           throw NkiError("validation", instr_name(at), location(at),
-                         mname + " capacity exceeded when tensor '" + b.name + "' (allocated at " + str(b.loc) +
-                             ", " + std::to_string(extent(b)) + " B per partition) becomes live: live tensors need " +
-                             std::to_string(total) + " bytes per partition" + unit + " but " + mname + " has " +
-                             std::to_string(cap) + (live.empty() ? "" : "; live: " + detail),
+                         mname + " capacity exceeded when tensor '" + b.name + "' (allocated at " +
+                             str(b.loc) + ", " + std::to_string(extent(b)) +
+                             " B per partition) becomes live: live tensors need " +
+                             std::to_string(total) + " bytes per partition" + unit + " but " +
+                             mname + " has " + std::to_string(cap) +
+                             (live.empty() ? "" : "; live: " + detail),
                          mname + " capacity per partition (" + std::to_string(cap) + " bytes" +
                              (mem == Mem::Psum ? ", 8 banks of 2 KiB" : "") + ")");
         }
@@ -1053,7 +1199,8 @@ std::shared_ptr<Program> Program::deserialize(std::string_view bytes) {
         throw NkiError("validation", "nki trace cache", "", "corrupt operand record", "");
     prog->add(in);
   }
-  if (r.pos != bytes.size()) throw NkiError("validation", "nki trace cache", "", "trailing bytes after program", "");
+  if (r.pos != bytes.size())
+    throw NkiError("validation", "nki trace cache", "", "trailing bytes after program", "");
   prog->finalize();
   return prog;
 }
@@ -1067,7 +1214,8 @@ std::string Program::dump() const {
       const Ap& a = in.ap[k];
       if (!a.present()) continue;
       const Buffer& b = buffers_[a.buf];
-      os << " " << b.name << "@" << mem_name(b.mem) << ":" << dt_name(a.dtype) << "[off=" << a.offset;
+      os << " " << b.name << "@" << mem_name(b.mem) << ":" << dt_name(a.dtype)
+         << "[off=" << a.offset;
       for (int d = 0; d < a.ndim; ++d) os << " " << a.step[d] << "x" << a.num[d];
       if (a.reg >= 0) os << " +r" << a.reg << "*" << a.reg_scale;
       os << "]";

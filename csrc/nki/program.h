@@ -107,20 +107,20 @@ struct Buffer {
   std::vector<int64_t> shape;
   std::string name;
   int32_t loc = -1;
-  bool is_input = false;          // HBM kernel argument (initialized by the caller)
-  int32_t slot = -1;              // HBM: index of its binding
-  int32_t fixed_partition = -1;   // manual placement (nl.ndarray(address=...))
+  bool is_input = false;         // HBM kernel argument (initialized by the caller)
+  int32_t slot = -1;             // HBM: index of its binding
+  int32_t fixed_partition = -1;  // manual placement (nl.ndarray(address=...))
   int64_t fixed_offset = -1;
   // Derived when the buffer is added.
   int64_t numel = 0;
-  int64_t partitions = 0;         // on-chip: shape[0]
-  int64_t free_elems = 0;         // on-chip: elements per partition
+  int64_t partitions = 0;  // on-chip: shape[0]
+  int64_t free_elems = 0;  // on-chip: elements per partition
   int64_t bytes_per_partition = 0;
   int64_t total_bytes = 0;
   // Set by finalize().
-  int64_t addr = -1;              // on-chip: byte offset inside each partition
+  int64_t addr = -1;  // on-chip: byte offset inside each partition
   int32_t first_use = -1, last_use = -1;
-  bool written = false;           // some instruction writes it
+  bool written = false;  // some instruction writes it
 };
 
 // The machine a program was traced for.
@@ -139,14 +139,14 @@ struct Target {
 struct Phys {
   Mem mem = Mem::Sbuf;
   DT dtype = DT::Float32;
-  int32_t slot = -1;        // HBM
+  int32_t slot = -1;  // HBM
   int8_t ndim = 0;
   int16_t reg = -1;
-  int64_t byte_off = 0;     // from the start of SBUF/PSUM/the HBM binding
+  int64_t byte_off = 0;  // from the start of SBUF/PSUM/the HBM binding
   int64_t reg_scale_bytes = 0;
   std::array<int64_t, kMaxApDims> stride{};  // bytes
   std::array<int64_t, kMaxApDims> num{};
-  int64_t lo = 0, hi = 0;   // flat element range of the buffer touched (static part)
+  int64_t lo = 0, hi = 0;  // flat element range of the buffer touched (static part)
   // For dynamic (register) offsets: the static element offset, the view's elements per
   // partition and element count, the tensor's placement, the free-dim extent per partition.
   int64_t elem_off = 0, fa = 0, limit = 0, addr = 0, pitch = 0, flo = 0, fhi = 0;
@@ -176,7 +176,7 @@ class Program {
   // Interns a string (location or API name) and returns its index.
   int32_t intern(const std::string& s);
   const std::string& str(int32_t idx) const;
-  std::string location(const Instr& in) const;  // "file:line" or ""
+  std::string location(const Instr& in) const;    // "file:line" or ""
   std::string instr_name(const Instr& in) const;  // "nki.isa.x (from nki.language.y)"
 
   // Adds a tensor; validates shape/dtype/buffer rules. Returns its index.

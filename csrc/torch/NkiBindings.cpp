@@ -23,7 +23,8 @@ namespace {
 
 using nki::Program;
 
-// Raises nki._errors.NkiValidationError (an AssertionError) carrying kind/instruction/location/rule.
+// Raises nki._errors.NkiValidationError (an AssertionError) carrying
+// kind/instruction/location/rule.
 void translate_nki_error(const nki::NkiError& e) {
   py::gil_scoped_acquire gil;
   py::object cls;
@@ -55,7 +56,8 @@ nki::Ap to_ap(const py::handle& h) {
   auto steps = t[3].cast<std::vector<int64_t>>();
   auto nums = t[4].cast<std::vector<int64_t>>();
   if (steps.size() != nums.size() || steps.empty() || steps.size() > nki::kMaxApDims)
-    throw std::invalid_argument("nki: access patterns have 1 to 6 dimensions, got " + std::to_string(steps.size()));
+    throw std::invalid_argument("nki: access patterns have 1 to 6 dimensions, got " +
+                                std::to_string(steps.size()));
   a.ndim = static_cast<int8_t>(steps.size());
   for (size_t d = 0; d < steps.size(); ++d) {
     a.step[d] = steps[d];
@@ -83,8 +85,8 @@ struct Trace {
 // Runs every instance of a launch in order, on one CoreState each (fresh checking shadows per
 // instance; HBM shadows are shared by pointer since instances share HBM).
 std::vector<std::shared_ptr<Trace>> run_all(const std::vector<std::shared_ptr<Program>>& progs,
-                                            const std::vector<std::vector<PyBinding>>& binds, bool check, bool record,
-                                            int64_t max_iters) {
+                                            const std::vector<std::vector<PyBinding>>& binds,
+                                            bool check, bool record, int64_t max_iters) {
   std::map<uintptr_t, std::vector<uint8_t>> shadows;
   std::vector<std::shared_ptr<Trace>> traces;
   for (size_t i = 0; i < progs.size(); ++i) {
@@ -154,8 +156,8 @@ nki::Target target_from(const py::dict& d) {
   t.psum_bytes_per_partition = d["psum_bytes_per_partition"].cast<int64_t>();
   t.psum_banks = d["psum_banks"].cast<int>();
   t.partitions = d["partitions"].cast<int>();
-  if (t.partitions <= 0 || t.partitions > 128 || t.psum_banks <= 0 || t.sbuf_bytes_per_partition <= 0 ||
-      t.psum_bytes_per_partition <= 0)
+  if (t.partitions <= 0 || t.partitions > 128 || t.psum_banks <= 0 ||
+      t.sbuf_bytes_per_partition <= 0 || t.psum_bytes_per_partition <= 0)
     throw std::invalid_argument("nki: invalid target");
   return t;
 }
@@ -199,13 +201,14 @@ void register_nki(py::module_& parent) {
       .def_readonly("hbm_write_bytes", &nki::Estimate::hbm_write_bytes)
       .def_readonly("flops", &nki::Estimate::flops)
       .def_readonly("events_truncated", &nki::Estimate::events_truncated)
-      .def_property_readonly("busy_ns",
-                             [](const nki::Estimate& e) {
-                               py::dict d;
-                               for (int i = 0; i < nki::kNumEngines; ++i)
-                                 d[py::str(std::string(nki::engine_name(static_cast<nki::Engine>(i))))] = e.busy_ns[i];
-                               return d;
-                             })
+      .def_property_readonly(
+          "busy_ns",
+          [](const nki::Estimate& e) {
+            py::dict d;
+            for (int i = 0; i < nki::kNumEngines; ++i)
+              d[py::str(std::string(nki::engine_name(static_cast<nki::Engine>(i))))] = e.busy_ns[i];
+            return d;
+          })
       .def_property_readonly("utilization", [](const nki::Estimate& e) {
         py::dict d;
         for (int i = 0; i < nki::kNumEngines; ++i) {
@@ -216,12 +219,13 @@ void register_nki(py::module_& parent) {
       });
 
   py::class_<Program, std::shared_ptr<Program>>(m, "Program")
-      .def(py::init([](const py::dict& target) { return std::make_shared<Program>(target_from(target)); }))
+      .def(py::init(
+          [](const py::dict& target) { return std::make_shared<Program>(target_from(target)); }))
       .def_property_readonly("target", [](const Program& p) { return target_dict(p.target()); })
       .def("intern", &Program::intern)
       .def("add_buffer",
-           [](Program& p, int mem, int dtype, std::vector<int64_t> shape, std::string name, int32_t loc, bool is_input,
-              int32_t fixed_partition, int64_t fixed_offset) {
+           [](Program& p, int mem, int dtype, std::vector<int64_t> shape, std::string name,
+              int32_t loc, bool is_input, int32_t fixed_partition, int64_t fixed_offset) {
              if (mem < 0 || mem > 2 || dtype < 0 || dtype >= nki::kNumDTypes)
                throw std::invalid_argument("nki: invalid memory or dtype code");
              nki::Buffer b;
@@ -239,9 +243,11 @@ void register_nki(py::module_& parent) {
       .def("add",
            [](Program& p, int op, int engine, const py::list& aps, const std::vector<int64_t>& ints,
               const std::vector<double>& floats, int32_t loc, int32_t api) {
-             if (op < 0 || op >= static_cast<int>(nki::Op::Count) || engine < 0 || engine >= nki::kNumEngines)
+             if (op < 0 || op >= static_cast<int>(nki::Op::Count) || engine < 0 ||
+                 engine >= nki::kNumEngines)
                throw std::invalid_argument("nki: invalid opcode or engine");
-             if (aps.size() > nki::kMaxOperands || ints.size() > nki::kNumInts || floats.size() > nki::kNumFloats)
+             if (aps.size() > nki::kMaxOperands || ints.size() > nki::kNumInts ||
+                 floats.size() > nki::kNumFloats)
                throw std::invalid_argument("nki: too many instruction operands");
              nki::Instr in;
              in.op = static_cast<nki::Op>(op);
@@ -270,8 +276,8 @@ void register_nki(py::module_& parent) {
              py::list out;
              for (const auto& b : p.buffers())
                if (b.mem == nki::Mem::Hbm)
-                 out.append(py::make_tuple(b.slot, b.name, static_cast<int>(b.dtype), b.shape, b.is_input, b.written,
-                                           b.total_bytes));
+                 out.append(py::make_tuple(b.slot, b.name, static_cast<int>(b.dtype), b.shape,
+                                           b.is_input, b.written, b.total_bytes));
              return out;
            })
       .def("onchip_usage",
@@ -288,16 +294,19 @@ void register_nki(py::module_& parent) {
       .def(
           "estimate",
           [](const Program& p, std::shared_ptr<Trace> trace, size_t max_events) {
-            if (!p.finalized()) throw std::invalid_argument("nki: estimate needs a finalized program");
+            if (!p.finalized())
+              throw std::invalid_argument("nki: estimate needs a finalized program");
             if (p.dynamic() && !trace)
-              throw std::invalid_argument("nki: a program with runtime loops needs the trace of a run to be estimated");
+              throw std::invalid_argument(
+                  "nki: a program with runtime loops needs the trace of a run to be estimated");
             py::gil_scoped_release nogil;
-            return nki::estimate(p, trace ? &trace->records : nullptr, nki::CostParams::for_version(p.target().nc_version),
-                                 max_events);
+            return nki::estimate(p, trace ? &trace->records : nullptr,
+                                 nki::CostParams::for_version(p.target().nc_version), max_events);
           },
           py::arg("trace") = nullptr, py::arg("max_events") = 0)
-      .def("timeline_json", [](const Program& p, const nki::Estimate& e, int pid, const std::string& name,
-                               double offset_ns) { return nki::timeline_json(p, e, pid, name, offset_ns); })
+      .def("timeline_json",
+           [](const Program& p, const nki::Estimate& e, int pid, const std::string& name,
+              double offset_ns) { return nki::timeline_json(p, e, pid, name, offset_ns); })
       .def("cost_params", [](const Program& p) {
         const auto c = nki::CostParams::for_version(p.target().nc_version);
         py::dict d;
@@ -319,10 +328,11 @@ void register_nki(py::module_& parent) {
   // (data_ptr, nbytes, name, is_input, is_scratch) indexed by HBM slot.
   m.def(
       "run",
-      [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, bool check, bool record,
-         int64_t max_iters) {
+      [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, bool check,
+         bool record, int64_t max_iters) {
         auto binds = to_bindings(bindings);
-        if (binds.size() != progs.size()) throw std::invalid_argument("nki: one binding list per program");
+        if (binds.size() != progs.size())
+          throw std::invalid_argument("nki: one binding list per program");
         py::gil_scoped_release nogil;
         return run_all(progs, binds, check, record, max_iters);
       },
@@ -335,15 +345,16 @@ void register_nki(py::module_& parent) {
       [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, int device,
          const std::string& name, bool check, int64_t max_iters) {
         auto binds = to_bindings(bindings);
-        if (binds.size() != progs.size()) throw std::invalid_argument("nki: one binding list per program");
+        if (binds.size() != progs.size())
+          throw std::invalid_argument("nki: one binding list per program");
         rt::Runtime::get().device(device);  // validates the index
         rt::Stream& stream = rt::current_stream(device);
         stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters] {
           run_all(progs, binds, check, false, max_iters);
         });
       },
-      py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"), py::arg("check"),
-      py::arg("max_iterations") = int64_t{1} << 31);
+      py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
+      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31);
 }
 
 }  // namespace neuron::torch_glue

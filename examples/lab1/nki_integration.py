@@ -7,10 +7,9 @@ An @nki.jit kernel adds two tensors; wrap_nki + @nki_op make it the custom opera
 torch.compile(backend="neuron").
 """
 
-import torch
-
 import nki
 import nki.language as nl
+import torch
 from torch_neuronx import nki_op, wrap_nki
 
 

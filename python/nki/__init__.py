@@ -26,10 +26,10 @@ if _cache.enabled():
         stacklevel=2,
     )
 
-from . import isa, language, typing  # noqa: E402
-from ._errors import NkiValidationError  # noqa: E402
-from ._jit import Kernel, TracedKernel, jit  # noqa: E402
-from ._profile import (  # noqa: E402
+from . import isa, language, typing
+from ._errors import NkiValidationError
+from ._jit import Kernel, TracedKernel, jit
+from ._profile import (
     BenchmarkResult,
     KernelEstimate,
     ProfileResult,

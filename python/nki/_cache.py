@@ -84,8 +84,10 @@ def load(key: str):
         if pos != len(body):
             raise ValueError("trailing bytes")
         return meta, programs
-    except Exception as e:  # any damage: drop the entry and retrace
-        warnings.warn(f"NKI trace cache entry {path} is damaged ({e}); tracing the kernel again", stacklevel=3)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error) as e:  # damaged: drop, retrace
+        warnings.warn(
+            f"NKI trace cache entry {path} is damaged ({e}); tracing the kernel again", stacklevel=3
+        )
         try:
             os.unlink(path)
         except OSError:

@@ -20,10 +20,10 @@ def core():
 
 # NeuronCore generations by platform target (NEURON_PLATFORM_TARGET_OVERRIDE).
 _TARGETS = {
-    "trn1": dict(nc_version=2, sbuf_bytes_per_partition=192 * 1024),
-    "inf2": dict(nc_version=2, sbuf_bytes_per_partition=192 * 1024),
-    "trn2": dict(nc_version=3, sbuf_bytes_per_partition=224 * 1024),
-    "trn3": dict(nc_version=4, sbuf_bytes_per_partition=256 * 1024),
+    "trn1": {"nc_version": 2, "sbuf_bytes_per_partition": 192 * 1024},
+    "inf2": {"nc_version": 2, "sbuf_bytes_per_partition": 192 * 1024},
+    "trn2": {"nc_version": 3, "sbuf_bytes_per_partition": 224 * 1024},
+    "trn3": {"nc_version": 4, "sbuf_bytes_per_partition": 256 * 1024},
 }
 
 

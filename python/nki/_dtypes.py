@@ -19,7 +19,7 @@ class DType(str):
         return _CODES[str(self)]
 
     def __repr__(self) -> str:
-        return f"nl.{str(self)}"
+        return f"nl.{self!s}"
 
 
 # Order matches neuron::nki::DT in csrc/nki/dtype.h.
@@ -144,9 +144,7 @@ def numpy_dtype(dt: DType):
 
             return np.dtype(getattr(ml_dtypes, str(dt)))
         except (ImportError, AttributeError):
-            raise TypeError(
-                f"numpy has no {dt} type (install ml_dtypes, or pass torch tensors)"
-            ) from None
+            raise TypeError(f"numpy has no {dt} type (install ml_dtypes, or pass torch tensors)") from None
     return np.dtype(str(dt))
 
 
@@ -171,6 +169,8 @@ def promote(a: DType, b: DType) -> DType:
         return a
     signed = a.startswith("int") or b.startswith("int")
     size = max(a.itemsize, b.itemsize)
-    if signed and (a.startswith("uint") and a.itemsize == size or b.startswith("uint") and b.itemsize == size):
+    if signed and (
+        a.startswith("uint") and a.itemsize == size or b.startswith("uint") and b.itemsize == size
+    ):
         size = min(size * 2, 4)
     return ALL[("int" if signed else "uint") + str(size * 8)]

@@ -59,7 +59,9 @@ def _framework(tensors) -> tuple[str, object]:
             elif x.device.type == "neuron":
                 kinds.add("neuron")
                 if device is not None and device != x.device and "fake" not in kinds:
-                    raise ValueError(f"NKI kernel arguments are on different devices: {device} and {x.device}")
+                    raise ValueError(
+                        f"NKI kernel arguments are on different devices: {device} and {x.device}"
+                    )
                 device = x.device
             elif x.device.type == "cpu":
                 kinds.add("cpu")
@@ -163,11 +165,15 @@ class Kernel:
         self.grid = grid
         self.options = options or {}
         self._sig = inspect.signature(func)
-        self._shared = _shared if _shared is not None else {
-            "cache": {},
-            "stats": {"traces": 0, "memory_hits": 0, "disk_hits": 0, "disk_stores": 0},
-            "lock": threading.Lock(),
-        }
+        self._shared = (
+            _shared
+            if _shared is not None
+            else {
+                "cache": {},
+                "stats": {"traces": 0, "memory_hits": 0, "disk_hits": 0, "disk_stores": 0},
+                "lock": threading.Lock(),
+            }
+        )
         functools.update_wrapper(self, func)
 
     # -- grid ------------------------------------------------------------------------------------
@@ -290,13 +296,12 @@ class Kernel:
             with _tracer.tracing(tr):
                 tr.default_loc = tr.program.intern(f"{_tracer._short_path(def_file)}:{def_line}")
                 arg_index = itertools.count()
-                input_ids: dict[int, int] = {}
 
-                def to_nki(x, name):
-                    k = next(arg_index)
-                    t = new_tensor(tuple(x.shape), dt.to_dtype(x.dtype), MemoryRegion.shared_hbm, name, is_input=True)
-                    t._b.slot_info.update(kind="in", arg=k)
-                    input_ids[t._b.id] = k
+                def to_nki(x, name, arg_index=arg_index):
+                    t = new_tensor(
+                        tuple(x.shape), dt.to_dtype(x.dtype), MemoryRegion.shared_hbm, name, is_input=True
+                    )
+                    t._b.slot_info.update(kind="in", arg=next(arg_index))
                     return t
 
                 call = self._sig.bind(*bound.args, **bound.kwargs)
@@ -312,7 +317,9 @@ class Kernel:
                     slots.append({"kind": "in", "arg": info["arg"]})
                 elif info["kind"] == "shared":
                     slots.append({"kind": "shared", "index": len(shared_here)})
-                    shared_here.append({"shape": list(info["shape"]), "dtype": info["dtype"], "name": info["name"]})
+                    shared_here.append(
+                        {"shape": list(info["shape"]), "dtype": info["dtype"], "name": info["name"]}
+                    )
                 else:
                     n = math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
                     slots.append({"kind": "private", "bytes": max(n, 1), "name": info["name"]})
@@ -357,7 +364,12 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
                 "nl.shared_hbm"
             )
-        if t.offset != 0 or t.shape != tuple(info["shape"]) or not t.is_contiguous() or t.dtype != info["dtype"]:
+        if (
+            t.offset != 0
+            or t.shape != tuple(info["shape"])
+            or not t.is_contiguous()
+            or t.dtype != info["dtype"]
+        ):
             raise TypeError(f"{name}: return the tensor '{t.name}' itself, not a view of it")
         if info["kind"] == "in":
             return ["in", info["arg"]]
@@ -407,9 +419,14 @@ class _Run:
                 if c is not a and i in meta["written_inputs"]:
                     self.copy_back.append((a, c))
                 self.args.append(c)
-            self.shared = [np.empty(s["shape"], dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"]))) for s in meta["shared"]]
+            self.shared = [
+                np.empty(s["shape"], dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"]))) for s in meta["shared"]
+            ]
             self.private = [
-                [np.empty(s["bytes"], dtype=np.uint8) if s["kind"] == "private" else None for s in inst["slots"]]
+                [
+                    np.empty(s["bytes"], dtype=np.uint8) if s["kind"] == "private" else None
+                    for s in inst["slots"]
+                ]
                 for inst in meta["instances"]
             ]
         else:
@@ -428,8 +445,10 @@ class _Run:
                 for s in meta["shared"]
             ]
             self.private = [
-                [torch.empty(s["bytes"], dtype=torch.uint8, device=dev) if s["kind"] == "private" else None
-                 for s in inst["slots"]]
+                [
+                    torch.empty(s["bytes"], dtype=torch.uint8, device=dev) if s["kind"] == "private" else None
+                    for s in inst["slots"]
+                ]
                 for inst in meta["instances"]
             ]
 
@@ -483,7 +502,8 @@ def _fake_outputs(traced: TracedKernel, tensors: list, device):
 
     meta = traced.meta
     shared = [
-        torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device) for s in meta["shared"]
+        torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device)
+        for s in meta["shared"]
     ]
     spec = meta["output"]
 
@@ -509,8 +529,17 @@ def _want_check(traced: TracedKernel, force: bool | None) -> bool:
     return not traced.checked
 
 
-def _execute(kernel: Kernel, traced: TracedKernel, tensors: list, framework: str, device, *, check=None,
-             record=False, host=False):
+def _execute(
+    kernel: Kernel,
+    traced: TracedKernel,
+    tensors: list,
+    framework: str,
+    device,
+    *,
+    check=None,
+    record=False,
+    host=False,
+):
     """Runs a traced kernel. Returns the outputs (and the per-instance traces when `record`)."""
     if framework == "fake":
         return _fake_outputs(traced, tensors, device)
@@ -518,7 +547,9 @@ def _execute(kernel: Kernel, traced: TracedKernel, tensors: list, framework: str
     bindings = run.bindings(traced)
     want = _want_check(traced, check)
     if framework == "neuron" and not host:
-        core().launch(traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations())
+        core().launch(
+            traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
+        )
         traced.checked = traced.checked or want
         run.finish()
         return run.outputs(traced)

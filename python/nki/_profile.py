@@ -181,7 +181,9 @@ class _Benchmarked:
         self.benchmark_result: BenchmarkResult | None = None
 
     def __getitem__(self, grid):
-        return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.working_directory, self.save_trace_name)
+        return _Benchmarked(
+            self.kernel[grid], self.warmup, self.iters, self.working_directory, self.save_trace_name
+        )
 
     def __call__(self, *args, **kwargs) -> BenchmarkResult:
         k = self.kernel
@@ -196,14 +198,22 @@ class _Benchmarked:
             _execute(k, traced, tensors, framework, device, host=True)
             wall.append((time.perf_counter() - t0) * 1e6)
         est = KernelEstimate(traced, traces, max_events=200_000)
-        path = est.write_timeline(_default_trace_path(traced.meta["name"], self.working_directory,
-                                                      self.save_trace_name))
+        path = est.write_timeline(
+            _default_trace_path(traced.meta["name"], self.working_directory, self.save_trace_name)
+        )
         self.benchmark_result = BenchmarkResult(est, wall, self.iters, path, outs)
         return self.benchmark_result
 
 
-def benchmark(kernel=None, *, warmup: int = 10, iters: int = 100, working_directory: str | None = None,
-              save_trace_name: str | None = None, **ignored):
+def benchmark(
+    kernel=None,
+    *,
+    warmup: int = 10,
+    iters: int = 100,
+    working_directory: str | None = None,
+    save_trace_name: str | None = None,
+    **ignored,
+):
     """``nki.benchmark(kernel)(*args)`` (or ``@nki.benchmark(warmup=, iters=)`` on a kernel):
     runs the kernel `warmup + iters` times on the host and returns a BenchmarkResult with the
     estimated Trainium latency (``nc_latency.get_latency_percentile(50)``, microseconds), the
@@ -241,8 +251,9 @@ class _Profiled:
         _sync_if_neuron(framework, device)
         outs, traces = _execute(k, traced, tensors, framework, device, record=True, host=True)
         est = KernelEstimate(traced, traces, max_events=1_000_000)
-        path = est.write_timeline(_default_trace_path(traced.meta["name"], self.working_directory,
-                                                      self.save_trace_name))
+        path = est.write_timeline(
+            _default_trace_path(traced.meta["name"], self.working_directory, self.save_trace_name)
+        )
         summary = os.path.splitext(path)[0] + ".summary.json"
         with open(summary, "w") as f:
             json.dump(dict(est.summary(), kernel=traced.meta["name"], timeline=path), f, indent=2)
@@ -250,7 +261,9 @@ class _Profiled:
         return self.profile_result
 
 
-def profile(kernel=None, *, working_directory: str | None = None, save_trace_name: str | None = None, **ignored):
+def profile(
+    kernel=None, *, working_directory: str | None = None, save_trace_name: str | None = None, **ignored
+):
     """``nki.profile(kernel)(*args)``: runs once and writes the engine timeline (Perfetto /
     chrome://tracing JSON) and a JSON summary into `working_directory`."""
 

@@ -35,7 +35,7 @@ class MemoryRegion(enum.Enum):
 class _Buffer:
     """One allocated tensor of the program being traced."""
 
-    __slots__ = ("id", "region", "dtype", "shape", "name", "slot_info")
+    __slots__ = ("dtype", "id", "name", "region", "shape", "slot_info")
 
     def __init__(self, id_: int, region: MemoryRegion, dtype: dt.DType, shape: tuple, name: str):
         self.id = id_
@@ -100,7 +100,7 @@ class VirtualRegister:
 class RegExpr:
     """``reg * scale + bias`` in element units of the indexed dimension."""
 
-    __slots__ = ("reg", "scale", "bias")
+    __slots__ = ("bias", "reg", "scale")
 
     def __init__(self, reg: VirtualRegister, scale: int, bias: int):
         self.reg, self.scale, self.bias = reg, scale, bias
@@ -128,7 +128,7 @@ class RegExpr:
 class DynSlice:
     """``nl.ds(start, size)``: ``size`` elements from ``start`` (an int or a register)."""
 
-    __slots__ = ("start", "size")
+    __slots__ = ("size", "start")
 
     def __init__(self, start, size: int):
         if not isinstance(size, int) or size <= 0:
@@ -144,7 +144,7 @@ class DynSlice:
 
 
 class _Var:
-    __slots__ = ("size", "axis", "ndim")
+    __slots__ = ("axis", "ndim", "size")
 
     def __init__(self, size: int, axis: int, ndim: int):
         self.size, self.axis, self.ndim = size, axis, ndim
@@ -153,7 +153,7 @@ class _Var:
 class IndexExpr:
     """An affine expression of index-grid variables: ``sum(coef * var) + const``."""
 
-    __slots__ = ("terms", "const")
+    __slots__ = ("const", "terms")
 
     def __init__(self, terms: dict, const: int = 0):
         self.terms = terms
@@ -163,7 +163,7 @@ class IndexExpr:
         # Positions an arange on a grid axis: arange(n)[:, None] -> axis 0 of 2.
         if len(self.terms) != 1:
             raise IndexError("only a plain nl.arange(...) can be positioned with [:, None] / [None, :]")
-        (var, coef), = self.terms.items()
+        ((var, coef),) = self.terms.items()
         if not isinstance(key, tuple):
             key = (key,)
         axes = [i for i, k in enumerate(key) if isinstance(k, slice)]
@@ -250,10 +250,15 @@ class Mask:
                     "mask: only predicates on a single index variable (rectangular masks) are supported; "
                     "use nisa.affine_select for triangular masks"
                 )
-            (var, c), = expr.terms.items()
+            ((var, c),) = expr.terms.items()
             # c * v + k (op) 0 is linear in v, so the allowed values form one interval.
             k = expr.const
-            test = {"<": lambda x: x < 0, "<=": lambda x: x <= 0, ">": lambda x: x > 0, ">=": lambda x: x >= 0}[op]
+            test = {
+                "<": lambda x: x < 0,
+                "<=": lambda x: x <= 0,
+                ">": lambda x: x > 0,
+                ">=": lambda x: x >= 0,
+            }[op]
             ok = [v for v in range(var.size) if test(c * v + k)]
             lo, hi = (ok[0], ok[-1]) if ok else (1, 0)
             old = ranges.get(var.axis, (0, var.size - 1))
@@ -294,7 +299,7 @@ class NkiTensor:
     with an int and cannot be moved by view operations.
     """
 
-    __slots__ = ("_b", "shape", "dtype", "_offset", "_steps", "_reg", "_base", "_bounds")
+    __slots__ = ("_b", "_base", "_bounds", "_offset", "_reg", "_steps", "dtype", "shape")
 
     def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False):
         self._b = b
@@ -338,7 +343,9 @@ class NkiTensor:
         return self._b.on_chip
 
     def __repr__(self) -> str:
-        return f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
+        return (
+            f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
+        )
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -373,7 +380,9 @@ class NkiTensor:
 
     def _check_partition_dim(self, what: str, dim: int) -> None:
         if self.on_chip and dim == 0:
-            raise ValueError(f"{what}: dim 0 of an on-chip tensor is the partition dimension and cannot change")
+            raise ValueError(
+                f"{what}: dim 0 of an on-chip tensor is the partition dimension and cannot change"
+            )
 
     def _dim(self, d: int) -> int:
         n = self.ndim
@@ -410,7 +419,9 @@ class NkiTensor:
             if isinstance(item, int):
                 i = item + n if item < 0 else item
                 if not 0 <= i < n:
-                    raise IndexError(f"index {item} is out of bounds for dimension {d} of size {n} (shape {self.shape})")
+                    raise IndexError(
+                        f"index {item} is out of bounds for dimension {d} of size {n} (shape {self.shape})"
+                    )
                 off += i * st
                 if self.on_chip and d == 0:
                     shape.append(1)
@@ -464,7 +475,9 @@ class NkiTensor:
             elif isinstance(i, IndexExpr):
                 exprs.append(i)
             else:
-                raise IndexError("index grids (nl.arange / nl.mgrid) cannot be mixed with slices in one index")
+                raise IndexError(
+                    "index grids (nl.arange / nl.mgrid) cannot be mixed with slices in one index"
+                )
         ndim = 0
         for e in exprs:
             for v in e.terms:
@@ -521,7 +534,9 @@ class NkiTensor:
         d = self._dim(dim)
         self._check_partition_dim("broadcast", d)
         if self.shape[d] != 1:
-            raise ValueError(f"broadcast: dimension {d} has size {self.shape[d]}, only size-1 dimensions broadcast")
+            raise ValueError(
+                f"broadcast: dimension {d} has size {self.shape[d]}, only size-1 dimensions broadcast"
+            )
         shape, steps = list(self.shape), list(self._steps)
         shape[d], steps[d] = size, 0
         return self._view(shape, steps)
@@ -554,7 +569,8 @@ class NkiTensor:
         inner = _row_major(shape)
         steps = [s * self._steps[d] for s in inner]
         return self._view(
-            self.shape[:d] + shape + self.shape[d + 1 :], self._steps[:d] + tuple(steps) + self._steps[d + 1 :]
+            self.shape[:d] + shape + self.shape[d + 1 :],
+            self._steps[:d] + tuple(steps) + self._steps[d + 1 :],
         )
 
     def flatten_dims(self, start: int = 0, end: int = -1) -> NkiTensor:
@@ -568,7 +584,8 @@ class NkiTensor:
                 raise ValueError(f"flatten_dims: dimensions {s}..{e} are not contiguous in memory")
         n = math.prod(self.shape[s : e + 1])
         return self._view(
-            self.shape[:s] + (n,) + self.shape[e + 1 :], self._steps[:s] + (self._steps[e],) + self._steps[e + 1 :]
+            self.shape[:s] + (n,) + self.shape[e + 1 :],
+            self._steps[:s] + (self._steps[e],) + self._steps[e + 1 :],
         )
 
     def reshape(self, *shape) -> NkiTensor:
@@ -624,7 +641,9 @@ class NkiTensor:
         lhs, rhs = (p.strip() for p in pattern.split("->"))
         lgroups, rgroups = _parse_einops(lhs), _parse_einops(rhs)
         if len(lgroups) != self.ndim:
-            raise ValueError(f"rearrange: '{lhs}' names {len(lgroups)} dimensions, the tensor has {self.ndim}")
+            raise ValueError(
+                f"rearrange: '{lhs}' names {len(lgroups)} dimensions, the tensor has {self.ndim}"
+            )
         # Split every input group into its named axes.
         t = self
         axis_names: list[str] = []
@@ -643,11 +662,9 @@ class NkiTensor:
         if sorted(flat_r) != sorted(axis_names):
             raise ValueError(f"rearrange: '{rhs}' must use exactly the axes of '{lhs}'")
         t = t.permute(*[axis_names.index(n) for n in flat_r])
-        d = 0
-        for g in rgroups:
+        for d, g in enumerate(rgroups):
             if len(g) > 1:
                 t = t.flatten_dims(d, d + len(g) - 1)
-            d += 1
         return t
 
     def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
@@ -670,7 +687,9 @@ class NkiTensor:
         if new.itemsize == self.dtype.itemsize:
             return self._view(self.shape, self._steps, dtype=new)
         if self.ndim == 0 or self._steps[-1] != 1:
-            raise ValueError("view(dtype): the innermost dimension must be contiguous to change the element size")
+            raise ValueError(
+                "view(dtype): the innermost dimension must be contiguous to change the element size"
+            )
         num, den = self.dtype.itemsize, new.itemsize
         if (self.shape[-1] * num) % den or (self._offset * num) % den:
             raise ValueError(f"view(dtype): {self.shape} {self.dtype} does not tile evenly into {new}")
@@ -682,7 +701,15 @@ class NkiTensor:
 
     reinterpret_cast = view
 
-    def ap(self, pattern, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0, dtype=None):
+    def ap(
+        self,
+        pattern,
+        offset: int = 0,
+        scalar_offset=None,
+        vector_offset=None,
+        indirect_dim: int = 0,
+        dtype=None,
+    ):
         if vector_offset is not None:
             raise NotImplementedError(
                 "ap(vector_offset=...) (indirect per-partition offsets) is not supported by neuron-emu"
@@ -816,21 +843,21 @@ class NkiTensor:
 
 
 def _parse_einops(side: str) -> list[list[str]]:
-    groups, i = [], 0
+    groups = []
     for m in re.finditer(r"\(([^)]*)\)|(\S+)", side):
-        if m.group(1) is not None:
-            groups.append(m.group(1).split())
-        else:
-            groups.append([m.group(2)])
-        i += 1
+        groups.append(m.group(1).split() if m.group(1) is not None else [m.group(2)])
     return groups
 
 
-def new_tensor(shape, dtype, buffer: MemoryRegion, name: str = "", address=None, is_input: bool = False) -> NkiTensor:
+def new_tensor(
+    shape, dtype, buffer: MemoryRegion, name: str = "", address=None, is_input: bool = False
+) -> NkiTensor:
     """Allocates a tensor in the program being traced."""
     tr = current()
     if isinstance(buffer, str):
-        raise TypeError(f"buffer={buffer!r}: use nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm (strings are not accepted)")
+        raise TypeError(
+            f"buffer={buffer!r}: use nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm (strings are not accepted)"
+        )
     if not isinstance(buffer, MemoryRegion):
         raise TypeError(f"buffer must be an nl memory region (nl.sbuf, nl.psum, ...), got {buffer!r}")
     if isinstance(shape, int):

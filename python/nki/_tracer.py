@@ -159,7 +159,7 @@ class Trace:
         f = sys._getframe(1)
         while f is not None:
             fn = f.f_code.co_filename
-            if not (fn.startswith(_PKG_DIR) or fn.startswith(_TORCH_NEURONX_DIR) or fn.startswith("<frozen")):
+            if not fn.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
                 key = (fn, f.f_lineno)
                 idx = self.loc_cache.get(key)
                 if idx is None:
@@ -170,7 +170,13 @@ class Trace:
         return self.default_loc
 
 
-_TARGET_KEYS = ("nc_version", "sbuf_bytes_per_partition", "psum_bytes_per_partition", "psum_banks", "partitions")
+_TARGET_KEYS = (
+    "nc_version",
+    "sbuf_bytes_per_partition",
+    "psum_bytes_per_partition",
+    "psum_banks",
+    "partitions",
+)
 
 
 def _short_path(fn: str) -> str:

@@ -10,7 +10,7 @@ import enum
 from . import _dtypes as _dt
 from . import _tracer
 from . import language as nl
-from ._errors import NkiValidationError  # noqa: F401
+from ._errors import NkiValidationError
 from ._tensor import IndexExpr, Mask, NkiTensor, VirtualRegister
 from ._tracer import ACT, ALU, emit
 
@@ -95,9 +95,21 @@ def get_nc_sub_version() -> int:
 # ---------------------------------------------------------------------------------------------
 # Operand helpers
 
-_NP_NAMES = {"true_divide": "divide", "amax": "maximum", "amin": "minimum", "max": "maximum", "min": "minimum",
-             "fmax": "maximum", "fmin": "minimum", "sum": "add", "prod": "multiply", "absolute": "abs",
-             "arctan": "arctan", "negative": "negative", "logical_not": "logical_not"}
+_NP_NAMES = {
+    "true_divide": "divide",
+    "amax": "maximum",
+    "amin": "minimum",
+    "max": "maximum",
+    "min": "minimum",
+    "fmax": "maximum",
+    "fmin": "minimum",
+    "sum": "add",
+    "prod": "multiply",
+    "absolute": "abs",
+    "arctan": "arctan",
+    "negative": "negative",
+    "logical_not": "logical_not",
+}
 
 
 def _alu(op, what="op") -> int:
@@ -108,7 +120,9 @@ def _alu(op, what="op") -> int:
         name = getattr(op, "__name__", op if isinstance(op, str) else None)
         name = _NP_NAMES.get(name, name)
     if name not in ALU:
-        raise ValueError(f"{what}={op!r} is not an ALU operator (nl.add, nl.subtract, nl.multiply, nl.maximum, ...)")
+        raise ValueError(
+            f"{what}={op!r} is not an ALU operator (nl.add, nl.subtract, nl.multiply, nl.maximum, ...)"
+        )
     return ALU[name]
 
 
@@ -173,8 +187,16 @@ def _psum_accumulate(dst: NkiTensor) -> bool:
 # Data movement
 
 
-def dma_copy(dst: NkiTensor = None, src: NkiTensor = None, priority=None, oob_mode=oob_mode.error,
-             dge_mode=dge_mode.unknown, engine=engine.unknown, name=None, **kwargs):
+def dma_copy(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    priority=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    engine=engine.unknown,
+    name=None,
+    **kwargs,
+):
     """Copies src to dst with the DMA engines (HBM<->SBUF, HBM->HBM, SBUF->SBUF; not PSUM).
     Differing dtypes are converted through fp32."""
     if src is None:
@@ -184,11 +206,21 @@ def dma_copy(dst: NkiTensor = None, src: NkiTensor = None, priority=None, oob_mo
     return _result(dst, alloc)
 
 
-def dma_transpose(dst: NkiTensor = None, src: NkiTensor = None, axes=None, priority=None,
-                  dge_mode=dge_mode.unknown, oob_mode=oob_mode.error, name=None, **kwargs):
+def dma_transpose(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    axes=None,
+    priority=None,
+    dge_mode=dge_mode.unknown,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+):
     """A DMA that permutes dimensions while copying (2-D: swap; 3-D: [2,1,0]; 4-D: [3,1,2,0])."""
     if src.dtype.itemsize not in (2, 4):
-        raise NkiValidationError(f"nki.isa.dma_transpose: dtype {src.dtype} [rule: DMA transpose moves 2- or 4-byte elements]")
+        raise NkiValidationError(
+            f"nki.isa.dma_transpose: dtype {src.dtype} [rule: DMA transpose moves 2- or 4-byte elements]"
+        )
     if axes is None:
         axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
         if axes is None:
@@ -199,14 +231,18 @@ def dma_transpose(dst: NkiTensor = None, src: NkiTensor = None, axes=None, prior
     return _result(dst, alloc)
 
 
-def tensor_copy(dst: NkiTensor = None, src: NkiTensor = None, engine=engine.unknown, name=None, dtype=None, **kwargs):
+def tensor_copy(
+    dst: NkiTensor = None, src: NkiTensor = None, engine=engine.unknown, name=None, dtype=None, **kwargs
+):
     """Copies an on-chip tile (bit-exact when dtypes match, else through fp32)."""
     dst, alloc = _dst(dst, src.shape, dtype or src.dtype)
     emit("TensorCopy", _engine(engine, "vector"), [dst, src])
     return _result(dst, alloc)
 
 
-def memset(dst: NkiTensor = None, value=0, engine=engine.unknown, name=None, dtype=None, shape=None, **kwargs):
+def memset(
+    dst: NkiTensor = None, value=0, engine=engine.unknown, name=None, dtype=None, shape=None, **kwargs
+):
     """Fills dst with a constant."""
     if isinstance(dst, (tuple, list)):  # old style memset(shape, value, dtype)
         shape, dst = dst, None
@@ -230,9 +266,20 @@ def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pr
 # Tensor Engine
 
 
-def nc_matmul(dst: NkiTensor = None, stationary: NkiTensor = None, moving: NkiTensor = None,
-              is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False, accumulate=None,
-              tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None, **kwargs):
+def nc_matmul(
+    dst: NkiTensor = None,
+    stationary: NkiTensor = None,
+    moving: NkiTensor = None,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=matmul_perf_mode.none,
+    name=None,
+    **kwargs,
+):
     """dst (PSUM, fp32) = stationary.T @ moving, contracting over the partition dimension.
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
     if isinstance(dst, NkiTensor) and stationary is not None and moving is None and dst.buffer != nl.psum:
@@ -242,7 +289,9 @@ def nc_matmul(dst: NkiTensor = None, stationary: NkiTensor = None, moving: NkiTe
     double = int(perf_mode) == matmul_perf_mode.double_row
     m = (stationary.size // stationary.shape[0]) // (2 if double else 1)
     n = (moving.size // moving.shape[0]) // (2 if double else 1)
-    out_dt = stationary.dtype if (is_transpose and stationary.dtype in (nl.bfloat16, nl.float16)) else nl.float32
+    out_dt = (
+        stationary.dtype if (is_transpose and stationary.dtype in (nl.bfloat16, nl.float16)) else nl.float32
+    )
     dst, alloc = _dst(dst, (m, n), out_dt, nl.psum)
     dst_v = dst if dst.ndim == 2 else dst.reshape((dst.shape[0], dst.size // dst.shape[0]))
     if accumulate is None:
@@ -267,7 +316,9 @@ def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.un
     else:
         eng = _engine(engine, "tensor")
     out_dt = data.dtype if eng == "vector" or data.dtype in (nl.bfloat16, nl.float16) else nl.float32
-    dst, alloc = _dst(dst, (f, data.shape[0]), kwargs.get("dtype") or out_dt, nl.psum if eng == "tensor" else nl.sbuf)
+    dst, alloc = _dst(
+        dst, (f, data.shape[0]), kwargs.get("dtype") or out_dt, nl.psum if eng == "tensor" else nl.sbuf
+    )
     emit("Transpose", eng, [dst, d2])
     return _result(dst, alloc)
 
@@ -276,25 +327,45 @@ def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.un
 # Vector / Scalar / GpSimd Engine
 
 
-def tensor_tensor(dst: NkiTensor = None, data1: NkiTensor = None, data2: NkiTensor = None, op=None,
-                  engine=engine.unknown, name=None, dtype=None, **kwargs):
+def tensor_tensor(
+    dst: NkiTensor = None,
+    data1: NkiTensor = None,
+    data2: NkiTensor = None,
+    op=None,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """dst = data1 op data2, elementwise (fp32 math; bitvec operators on integer bits)."""
     code = _alu(op)
     out_dt = dtype or _dt.promote(data1.dtype, data2.dtype)
     dst, alloc = _dst(dst, data1.shape, out_dt)
     default = "vector"
-    if code == ALU["power"]:
-        default = "gpsimd"
-    elif all(_dt.to_dtype(t.dtype) in (nl.int32, nl.uint32) for t in (dst, data1, data2)) and not any(
-        t.buffer == nl.psum for t in (dst, data1, data2)
+    if (
+        code == ALU["power"]
+        or all(_dt.to_dtype(t.dtype) in (nl.int32, nl.uint32) for t in (dst, data1, data2))
+        and not any(t.buffer == nl.psum for t in (dst, data1, data2))
     ):
         default = "gpsimd"
     emit("TensorTensor", _engine(engine, default), [dst, data1, data2], [code])
     return _result(dst, alloc)
 
 
-def tensor_scalar(dst: NkiTensor = None, data: NkiTensor = None, op0=None, operand0=None, reverse0=False, op1=None,
-                  operand1=None, reverse1=False, engine=engine.unknown, name=None, dtype=None, **kwargs):
+def tensor_scalar(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """dst = (data op0 operand0) op1 operand1; operands are scalars or [partition, 1] vectors
     broadcast along the free dimension."""
     v0, i0 = _scalar_or_vec(operand0)
@@ -310,13 +381,29 @@ def tensor_scalar(dst: NkiTensor = None, data: NkiTensor = None, op0=None, opera
     return _result(dst, alloc)
 
 
-def scalar_tensor_tensor(dst: NkiTensor = None, data: NkiTensor = None, op0=None, operand0=None, op1=None,
-                         operand1: NkiTensor = None, reverse0=False, reverse1=False, name=None, dtype=None, **kwargs):
+def scalar_tensor_tensor(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    op1=None,
+    operand1: NkiTensor = None,
+    reverse0=False,
+    reverse1=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """dst = (data op0 operand0) op1 operand1 with operand1 a tile."""
     v0, i0 = _scalar_or_vec(operand0)
     dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
-    emit("ScalarTensorTensor", "vector", [dst, data, v0, operand1],
-         [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [i0])
+    emit(
+        "ScalarTensorTensor",
+        "vector",
+        [dst, data, v0, operand1],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
+        [i0],
+    )
     return _result(dst, alloc)
 
 
@@ -329,14 +416,25 @@ def _axis_mask(axis, ndim) -> int:
     return m
 
 
-def tensor_reduce(dst: NkiTensor = None, op=None, data: NkiTensor = None, axis=None, negate=False, keepdims=False,
-                  name=None, dtype=None, **kwargs):
+def tensor_reduce(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    axis=None,
+    negate=False,
+    keepdims=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """Reduces the trailing free axes `axis` of data (never the partition axis)."""
     if axis is None:
         raise TypeError("tensor_reduce: axis is required")
     mask = _axis_mask(axis, data.ndim)
     if dst is None:
-        kept = tuple(1 if (mask >> d) & 1 else n for d, n in enumerate(data.shape) if keepdims or not (mask >> d) & 1)
+        kept = tuple(
+            1 if (mask >> d) & 1 else n for d, n in enumerate(data.shape) if keepdims or not (mask >> d) & 1
+        )
         dst, alloc = _dst(None, kept, dtype or data.dtype)
     else:
         alloc = False
@@ -344,16 +442,29 @@ def tensor_reduce(dst: NkiTensor = None, op=None, data: NkiTensor = None, axis=N
     return _result(dst, alloc)
 
 
-def tensor_partition_reduce(dst: NkiTensor = None, op=None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
+def tensor_partition_reduce(
+    dst: NkiTensor = None, op=None, data: NkiTensor = None, name=None, dtype=None, **kwargs
+):
     """Reduces across partitions (GpSimd Engine): dst[0, :] = op over p of data[p, :]."""
     dst, alloc = _dst(dst, (1,) + tuple(data.shape[1:]), dtype or data.dtype)
     emit("PartitionReduce", "gpsimd", [dst, data], [_alu(op)])
     return _result(dst, alloc)
 
 
-def activation(dst: NkiTensor = None, op=None, data: NkiTensor = None, bias=None, scale=1.0, reduce_op=None,
-               reduce_res: NkiTensor = None, reduce_cmd=reduce_cmd.idle, engine=engine.unknown, name=None,
-               dtype=None, **kwargs):
+def activation(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    reduce_cmd=reduce_cmd.idle,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """Scalar Engine: dst = op(data * scale + bias), with an optional sum of the results along
     the free dimension into reduce_res (reduce_cmd controls the reduction registers; passing
     reduce_res with the default idle command resets and reduces)."""
@@ -365,21 +476,54 @@ def activation(dst: NkiTensor = None, op=None, data: NkiTensor = None, bias=None
     rcmd = int(reduce_cmd)
     if reduce_res is not None and rcmd == reduce_cmd.idle:
         rcmd = reduce_cmd.reset_reduce
-    rop = _alu(reduce_op, "reduce_op") if reduce_op is not None else (ALU["add"] if reduce_res is not None else -1)
-    rres = reduce_res if reduce_res is None or reduce_res.ndim == 2 else reduce_res._view(
-        (reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
-    emit("Activation", _engine(engine, "scalar"), [dst, data, bvec, svec, rres], [_act(op), rop, rcmd], [simm, bimm])
+    rop = (
+        _alu(reduce_op, "reduce_op")
+        if reduce_op is not None
+        else (ALU["add"] if reduce_res is not None else -1)
+    )
+    rres = (
+        reduce_res
+        if reduce_res is None or reduce_res.ndim == 2
+        else reduce_res._view((reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
+    )
+    emit(
+        "Activation",
+        _engine(engine, "scalar"),
+        [dst, data, bvec, svec, rres],
+        [_act(op), rop, rcmd],
+        [simm, bimm],
+    )
     return _result(dst, alloc)
 
 
-def activation_reduce(dst: NkiTensor = None, op=None, data: NkiTensor = None, reduce_op=None,
-                      reduce_res: NkiTensor = None, bias=None, scale=1.0, name=None, **kwargs):
+def activation_reduce(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    bias=None,
+    scale=1.0,
+    name=None,
+    **kwargs,
+):
     """activation + reduction of the results into reduce_res (reset_reduce)."""
-    return activation(dst=dst, op=op, data=data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
-                      reduce_cmd=reduce_cmd.reset_reduce, **kwargs)
+    return activation(
+        dst=dst,
+        op=op,
+        data=data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        reduce_cmd=reduce_cmd.reset_reduce,
+        **kwargs,
+    )
 
 
-def reciprocal(dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=engine.unknown, dtype=None, **kwargs):
+def reciprocal(
+    dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=engine.unknown, dtype=None, **kwargs
+):
     """dst = 1 / data (Vector Engine for small tiles, Scalar Engine for large ones)."""
     dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
     f = data.size // data.shape[0]
@@ -387,27 +531,64 @@ def reciprocal(dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=
     return _result(dst, alloc)
 
 
-def tensor_tensor_scan(dst: NkiTensor = None, data0: NkiTensor = None, data1: NkiTensor = None, initial=0.0,
-                       op0=None, op1=None, reverse0=False, reverse1=False, name=None, dtype=None, **kwargs):
+def tensor_tensor_scan(
+    dst: NkiTensor = None,
+    data0: NkiTensor = None,
+    data1: NkiTensor = None,
+    initial=0.0,
+    op0=None,
+    op1=None,
+    reverse0=False,
+    reverse1=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """Per partition: r[0] = (data0[0] op0 initial) op1 data1[0]; r[i] = (data0[i] op0 r[i-1]) op1 data1[i]."""
     ivec, iimm = _scalar_or_vec(initial)
     dst, alloc = _dst(dst, data0.shape, dtype or _dt.promote(data0.dtype, data1.dtype))
-    emit("TensorTensorScan", "vector", [dst, data0, data1, ivec],
-         [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))], [iimm])
+    emit(
+        "TensorTensorScan",
+        "vector",
+        [dst, data0, data1, ivec],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
+        [iimm],
+    )
     return _result(dst, alloc)
 
 
-def tensor_scalar_reduce(dst: NkiTensor = None, data: NkiTensor = None, op0=None, operand0=None, reduce_op=None,
-                         reduce_res: NkiTensor = None, reverse0=False, reduce_cmd=reduce_cmd.reset_reduce,
-                         reduce_init=None, reduce_res_negate=False, name=None, dtype=None, **kwargs):
+def tensor_scalar_reduce(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    reverse0=False,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_init=None,
+    reduce_res_negate=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
     """tensor_scalar with one operator plus a reduction of the results into reduce_res."""
     if reduce_res is None:
         return tensor_scalar(dst=dst, data=data, op0=op0, operand0=operand0, reverse0=reverse0, dtype=dtype)
     v0, i0 = _scalar_or_vec(operand0)
     dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
-    rres = reduce_res if reduce_res.ndim == 2 else reduce_res._view((reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
-    emit("TensorScalarReduce", "vector", [dst, data, v0, rres],
-         [_alu(op0, "op0"), _alu(reduce_op, "reduce_op"), int(bool(reverse0)), int(bool(reduce_res_negate))], [i0])
+    rres = (
+        reduce_res
+        if reduce_res.ndim == 2
+        else reduce_res._view((reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
+    )
+    emit(
+        "TensorScalarReduce",
+        "vector",
+        [dst, data, v0, rres],
+        [_alu(op0, "op0"), _alu(reduce_op, "reduce_op"), int(bool(reverse0)), int(bool(reduce_res_negate))],
+        [i0],
+    )
     return _result(dst, alloc)
 
 
@@ -435,7 +616,9 @@ def _expr_pattern(expr: IndexExpr, ndim: int):
     return pattern, cm, expr.const
 
 
-def iota(dst: NkiTensor = None, pattern=None, offset=0, channel_multiplier=0, name=None, dtype=None, **kwargs):
+def iota(
+    dst: NkiTensor = None, pattern=None, offset=0, channel_multiplier=0, name=None, dtype=None, **kwargs
+):
     """GpSimd: dst[p, ...] = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
     if isinstance(dst, IndexExpr) or isinstance(pattern, IndexExpr):  # old style iota(expr, dtype)
         expr = dst if isinstance(dst, IndexExpr) else pattern
@@ -456,8 +639,19 @@ def iota(dst: NkiTensor = None, pattern=None, offset=0, channel_multiplier=0, na
 _CMP_NAMES = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 
 
-def affine_select(dst: NkiTensor = None, pattern=None, channel_multiplier=0, on_true_tile: NkiTensor = None,
-                  on_false_value=0.0, cmp_op=None, offset=0, name=None, pred=None, dtype=None, **kwargs):
+def affine_select(
+    dst: NkiTensor = None,
+    pattern=None,
+    channel_multiplier=0,
+    on_true_tile: NkiTensor = None,
+    on_false_value=0.0,
+    cmp_op=None,
+    offset=0,
+    name=None,
+    pred=None,
+    dtype=None,
+    **kwargs,
+):
     """GpSimd: dst = cmp_op(affine_value, 0) ? on_true_tile : on_false_value, where
     affine_value = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
     if isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask):  # old style
@@ -478,15 +672,32 @@ def affine_select(dst: NkiTensor = None, pattern=None, channel_multiplier=0, on_
     return _result(dst, alloc)
 
 
-def select_reduce(dst: NkiTensor = None, predicate: NkiTensor = None, on_true: NkiTensor = None, on_false=0.0,
-                  reduce_res: NkiTensor = None, reduce_cmd=reduce_cmd.idle, reduce_op=None, reverse_pred=False,
-                  name=None, **kwargs):
+def select_reduce(
+    dst: NkiTensor = None,
+    predicate: NkiTensor = None,
+    on_true: NkiTensor = None,
+    on_false=0.0,
+    reduce_res: NkiTensor = None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=None,
+    reverse_pred=False,
+    name=None,
+    **kwargs,
+):
     """dst = predicate ? on_true : on_false, optionally max-reducing the result into reduce_res."""
     fvec, fimm = _scalar_or_vec(on_false)
     dst, alloc = _dst(dst, on_true.shape, on_true.dtype)
-    emit("SelectReduce", "vector", [dst, predicate, on_true, fvec, reduce_res],
-         [_alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"), int(reduce_cmd),
-          int(bool(reverse_pred))], [fimm])
+    emit(
+        "SelectReduce",
+        "vector",
+        [dst, predicate, on_true, fvec, reduce_res],
+        [
+            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            int(reduce_cmd),
+            int(bool(reverse_pred)),
+        ],
+        [fimm],
+    )
     return _result(dst, alloc)
 
 

@@ -171,7 +171,9 @@ def _fill(t: NkiTensor, value) -> None:
     # HBM: memset one SBUF row and broadcast it over the tensor with a DMA.
     flat = t.reshape((t.size,)) if t.is_contiguous() else None
     if flat is None:
-        raise ValueError("filling a non-contiguous HBM view is not supported; fill an SBUF tile and nl.store it")
+        raise ValueError(
+            "filling a non-contiguous HBM view is not supported; fill an SBUF tile and nl.store it"
+        )
     width = t.shape[-1] if t.ndim else 1
     while width * t.dtype.itemsize > 64 * 1024:
         width //= 2 if width % 2 == 0 else width
@@ -192,7 +194,12 @@ def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) ->
         nisa.memset(dst=out, value=1)
         # value = p - f: keep 1 on the diagonal (== 0), 0 elsewhere.
         nisa.affine_select(
-            dst=out, pattern=[[-1, n]], channel_multiplier=1, on_true_tile=out, on_false_value=0.0, cmp_op=equal
+            dst=out,
+            pattern=[[-1, n]],
+            channel_multiplier=1,
+            on_true_tile=out,
+            on_false_value=0.0,
+            cmp_op=equal,
         )
         return out
 
@@ -632,9 +639,14 @@ def store(dst: NkiTensor, value, mask=None, **kwargs) -> None:
             tile = ndarray(_tile_shape(dst.shape), dst.dtype, sbuf)
             nisa.memset(dst=tile, value=value)
             value = tile
-        if value.shape != dst.shape and value.size == dst.size:
-            if value.ndim == dst.ndim + 1 and value.shape[-1] == 1:
-                value = value.squeeze_dim(-1) if not value.on_chip else value
+        if (
+            value.shape != dst.shape
+            and value.size == dst.size
+            and value.ndim == dst.ndim + 1
+            and value.shape[-1] == 1
+            and not value.on_chip
+        ):
+            value = value.squeeze_dim(-1)
         r = _apply_mask(mask, dst, value)
         if r is None:
             return
@@ -799,7 +811,12 @@ def softmax(x: NkiTensor, axis=-1, dtype=None, mask=None) -> NkiTensor:
             e = ndarray(x.shape, float32, sbuf)
             s = ndarray((P, 1), float32, sbuf)
             nisa.activation(
-                dst=e, op=nisa_ops.exp, data=x, bias=mx, reduce_op=nisa_ops.add, reduce_res=s,
+                dst=e,
+                op=nisa_ops.exp,
+                data=x,
+                bias=mx,
+                reduce_op=nisa_ops.add,
+                reduce_res=s,
                 reduce_cmd=nisa_reduce_cmd.reset_reduce,
             )
             rs = ndarray((P, 1), float32, sbuf)
@@ -815,8 +832,12 @@ def softmax(x: NkiTensor, axis=-1, dtype=None, mask=None) -> NkiTensor:
         s = ndarray(keep, float32, sbuf)
         nisa.tensor_reduce(dst=s, op=nisa_ops.add, data=e, axis=axes, keepdims=True)
         nisa.reciprocal(dst=s, data=s)
-        nisa.tensor_tensor(dst=out.reshape(x.shape) if out.shape != x.shape else out, data1=e,
-                           data2=_expand(s, x.shape), op=nisa_ops.multiply)
+        nisa.tensor_tensor(
+            dst=out.reshape(x.shape) if out.shape != x.shape else out,
+            data1=e,
+            data2=_expand(s, x.shape),
+            op=nisa_ops.multiply,
+        )
         return out
 
 
@@ -834,12 +855,22 @@ def rms_norm(x: NkiTensor, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=
         sq = ndarray(x.shape, float32, sbuf)
         ss = ndarray((P, 1), float32, sbuf)
         nisa.activation(
-            dst=sq, op=nisa_ops.square, data=x, reduce_op=nisa_ops.add, reduce_res=ss,
+            dst=sq,
+            op=nisa_ops.square,
+            data=x,
+            reduce_op=nisa_ops.add,
+            reduce_res=ss,
             reduce_cmd=nisa_reduce_cmd.reset_reduce,
         )
         rs = ndarray((P, 1), float32, sbuf)
-        nisa.tensor_scalar(dst=rs, data=ss, op0=nisa_ops.multiply, operand0=1.0 / n, op1=nisa_ops.add,
-                           operand1=float(epsilon))
+        nisa.tensor_scalar(
+            dst=rs,
+            data=ss,
+            op0=nisa_ops.multiply,
+            operand0=1.0 / n,
+            op1=nisa_ops.add,
+            operand1=float(epsilon),
+        )
         nisa.activation(dst=rs, op=nisa_ops.rsqrt, data=rs)
         out = ndarray(x.shape, out_dt, sbuf)
         if w is None:
@@ -964,7 +995,7 @@ min = _make_reduce("min", "minimum")
 prod = _make_reduce("prod", "multiply")
 
 
-def all(x, axis, dtype=None, mask=None):  # noqa: A001
+def all(x, axis, dtype=None, mask=None):
     return _reduce("all", "logical_and", x, axis, dtype=dtype, mask=mask)
 
 
@@ -1030,6 +1061,6 @@ class _IsaAttr:
 nisa_engine = _IsaAttr("engine")
 nisa_reduce_cmd = _IsaAttr("reduce_cmd")
 
-range = builtins.range  # noqa: A001  (nl.range is the Python range: unrolled at trace time)
+range = builtins.range
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("builtins", "contextlib", "annotations")]

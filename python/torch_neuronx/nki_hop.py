@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import torch
-
 import nki
+import torch
 from nki._jit import Kernel
 
 

@@ -8,10 +8,9 @@ import glob
 import os
 import textwrap
 
-import numpy as np
-
 import nki
 import nki.language as nl
+import numpy as np
 
 KERNEL_SRC = """
 import nki
@@ -57,8 +56,9 @@ def test_disk_cache_hit_miss_and_invalidation(py, tmp_path):
     first = _run(py, tmp_path)
     assert "TRACING" in first.stdout and "TRACES 1 DISK_HITS 0 STORES 1" in first.stdout
     assert "RESULT 128.0" in first.stdout
-    assert "UserWarning: NKI_ENABLE_TRACE_CACHE=1: the NKI kernel compile cache is persisted across processes" in (
-        first.stderr
+    assert (
+        "UserWarning: NKI_ENABLE_TRACE_CACHE=1: the NKI kernel compile cache is persisted across processes"
+        in (first.stderr)
     )
     entries = glob.glob(str(tmp_path / "cache" / "*" / "*.nkitrace"))
     assert len(entries) == 1
@@ -83,9 +83,11 @@ def test_damaged_entry_is_retraced_not_trusted(py, tmp_path):
     _write_kernel(tmp_path, "1.0")
     _run(py, tmp_path)
     (entry,) = glob.glob(str(tmp_path / "cache" / "*" / "*.nkitrace"))
-    blob = bytearray(open(entry, "rb").read())
+    with open(entry, "rb") as f:
+        blob = bytearray(f.read())
     blob[-3] ^= 0xFF  # flip bits inside a serialized instruction
-    open(entry, "wb").write(bytes(blob))
+    with open(entry, "wb") as f:
+        f.write(bytes(blob))
     r = _run(py, tmp_path)
     assert "damaged" in r.stderr and "checksum mismatch" in r.stderr
     assert "TRACING" in r.stdout and "RESULT 128.0" in r.stdout

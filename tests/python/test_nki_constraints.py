@@ -6,13 +6,12 @@ from __future__ import annotations
 import inspect
 import os
 
-import numpy as np
-import pytest
-import torch
-
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import numpy as np
+import pytest
+import torch
 from nki import NkiValidationError
 
 THIS = os.path.basename(__file__)
@@ -53,8 +52,14 @@ def test_partition_dimension_limit_on_allocation():
         t = nl.ndarray((256, 64), nl.float32, buffer=nl.sbuf)  # MARK
         return t
 
-    expect(k, (X,), "partition dimension 256 > 128", "nl.tile_size.pmax", marker="# MARK",
-           instruction="nki.language.ndarray")
+    expect(
+        k,
+        (X,),
+        "partition dimension 256 > 128",
+        "nl.tile_size.pmax",
+        marker="# MARK",
+        instruction="nki.language.ndarray",
+    )
 
 
 def test_partition_dimension_limit_on_access():
@@ -66,7 +71,13 @@ def test_partition_dimension_limit_on_access():
         nisa.dma_copy(dst=out, src=t.ap(pattern=[[8, 256], [1, 8]]))  # MARK
         return out
 
-    expect(k, (X,), "partition dimension 256 exceeds maximum 128", marker="# MARK", instruction="nki.isa.dma_copy")
+    expect(
+        k,
+        (X,),
+        "partition dimension 256 exceeds maximum 128",
+        marker="# MARK",
+        instruction="nki.isa.dma_copy",
+    )
 
 
 def test_matmul_stationary_free_size_limit():
@@ -75,11 +86,16 @@ def test_matmul_stationary_free_size_limit():
         m = nl.zeros((128, 256), nl.bfloat16)
         ps = nl.ndarray((128, 256), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)  # MARK
-        return None
 
     kern = nki.jit(k2)
-    expect(kern, (X,), "stationary free size 256 exceeds maximum 128", "128x128", marker="# MARK",
-           instruction="nki.isa.nc_matmul")
+    expect(
+        kern,
+        (X,),
+        "stationary free size 256 exceeds maximum 128",
+        "128x128",
+        marker="# MARK",
+        instruction="nki.isa.nc_matmul",
+    )
 
 
 def test_matmul_moving_free_size_limit():
@@ -89,7 +105,6 @@ def test_matmul_moving_free_size_limit():
         m = nl.zeros((128, 1024), nl.bfloat16)
         ps = nl.ndarray((128, 1024), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)  # MARK
-        return None
 
     expect(k, (X,), "moving free size 1024 exceeds maximum 512", "gemm_moving_fmax", marker="# MARK")
 
@@ -113,9 +128,10 @@ def test_matmul_output_within_one_psum_bank():
         m = nl.zeros((128, 512), nl.bfloat16)
         ps = nl.ndarray((128, 1024), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps[:, 256:768], stationary=s, moving=m)  # MARK
-        return None
 
-    expect(k, (X,), "crossing a 2 KiB PSUM bank boundary", "bytes 1024..3071", "one PSUM bank", marker="# MARK")
+    expect(
+        k, (X,), "crossing a 2 KiB PSUM bank boundary", "bytes 1024..3071", "one PSUM bank", marker="# MARK"
+    )
 
 
 def test_psum_capacity_in_banks():
@@ -129,7 +145,6 @@ def test_psum_capacity_in_banks():
         acc = nl.zeros((128, 512), nl.float32)
         for t in tiles:  # all nine are live until here
             nisa.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl.add)
-        return None
 
     expect(k, (X,), "PSUM capacity exceeded", "(9 of 8 banks)", "16384", marker="# MARK")
 
@@ -142,9 +157,15 @@ def test_sbuf_capacity():
         b = nl.ndarray((128, 40000), nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=b, value=2.0)  # MARK
         nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
-        return None
 
-    err = expect(k, (X,), "SBUF capacity exceeded", "live tensors need 320000 bytes per partition", "229376", marker="# MARK")
+    err = expect(
+        k,
+        (X,),
+        "SBUF capacity exceeded",
+        "live tensors need 320000 bytes per partition",
+        "229376",
+        marker="# MARK",
+    )
     assert "live: 'sbuf_0' 160000 B" in str(err)
 
 
@@ -152,8 +173,7 @@ def test_sbuf_capacity_follows_the_target():
     # NeuronCore-v2 (Trn1) has 192 KiB per partition.
     @nki.jit
     def k(x):
-        a = nl.ndarray((128, 50000), nl.float32, buffer=nl.sbuf)  # MARK
-        return None
+        nl.ndarray((128, 50000), nl.float32, buffer=nl.sbuf)  # MARK
 
     os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = "trn1"
     try:
@@ -170,7 +190,6 @@ def test_overlap_of_live_manually_placed_tensors():
         nisa.memset(dst=a, value=0.0)
         nisa.memset(dst=b, value=0.0)  # MARK
         nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
-        return None
 
     expect(k, (X,), "overlaps live tensor 'sbuf_0'", "bytes [512, 1536)", "do not overlap", marker="# MARK")
 
@@ -191,7 +210,6 @@ def test_matmul_dtype_rules():
         m = nl.zeros((128, 128), nl.int32)
         ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)  # MARK
-        return None
 
     expect(k, (X,), "stationary has dtype int32", "float8_e4m3/float8_e5m2/bfloat16", marker="# MARK")
 
@@ -201,7 +219,6 @@ def test_matmul_dtype_rules():
         m = nl.zeros((128, 128), nl.bfloat16)
         ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)  # MARK
-        return None
 
     expect(k2, (X,), "stationary is float32 but moving is bfloat16", marker="# MARK")
 
@@ -213,16 +230,21 @@ def test_matmul_buffer_rules():
         m = nl.zeros((128, 128), nl.float32)
         ps = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)  # MARK
-        return None
 
-    expect(k, (X,), "stationary", "is in PSUM, not SBUF", "reads stationary and moving from SBUF", marker="# MARK")
+    expect(
+        k,
+        (X,),
+        "stationary",
+        "is in PSUM, not SBUF",
+        "reads stationary and moving from SBUF",
+        marker="# MARK",
+    )
 
     @nki.jit
     def k2(x):
         s = nl.zeros((128, 128), nl.float32)
         dst = nl.ndarray((128, 128), nl.float32, buffer=nl.sbuf)
         nisa.nc_matmul(dst=dst, stationary=s, moving=s)  # MARK
-        return None
 
     expect(k2, (X,), "writes its result to PSUM", marker="# MARK")
 
@@ -243,10 +265,13 @@ def test_dma_element_counts_must_match():
     def k(x):
         t = nl.ndarray((128, 32), nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x)  # MARK
-        return None
 
-    expect(k, (X,), "src has shape (128, 64) (8192 elements) but dst has shape (128, 32) (4096 elements)",
-           marker="# MARK")
+    expect(
+        k,
+        (X,),
+        "src has shape (128, 64) (8192 elements) but dst has shape (128, 32) (4096 elements)",
+        marker="# MARK",
+    )
 
 
 def test_tensor_tensor_inputs_not_both_in_psum():
@@ -256,7 +281,6 @@ def test_tensor_tensor_inputs_not_both_in_psum():
         b = nl.zeros((128, 64), nl.float32, buffer=nl.psum)
         c = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.add)  # MARK
-        return None
 
     expect(k, (X,), "are both in PSUM", marker="# MARK")
 
@@ -268,7 +292,6 @@ def test_partition_mismatch_and_no_implicit_partition_broadcast():
         b = nl.zeros((64, 64), nl.float32)
         c = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.add)  # MARK
-        return None
 
     expect(k, (X,), "data1 has 128 partitions but data2 has 64", marker="# MARK")
 
@@ -287,7 +310,6 @@ def test_bitvec_operator_needs_integers():
     def k(x):
         a = nl.zeros((128, 64), nl.float32)
         nisa.tensor_tensor(dst=a, data1=a, data2=a, op=nl.bitwise_and)  # MARK
-        return None
 
     expect(k, (X,), "bitvec operator bitwise_and needs integer dtypes, got float32", marker="# MARK")
 
@@ -298,7 +320,6 @@ def test_activation_reduce_op_must_be_add():
         a = nl.zeros((128, 64), nl.float32)
         r = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf)
         nisa.activation(dst=a, op=nl.exp, data=a, reduce_op=nl.maximum, reduce_res=r)  # MARK
-        return None
 
     expect(k, (X,), "reduce_op is maximum", "can only sum", marker="# MARK")
 
@@ -308,7 +329,6 @@ def test_gpsimd_cannot_access_psum():
     def k(x):
         t = nl.ndarray((128, 64), nl.int32, buffer=nl.psum)
         nisa.iota(dst=t, pattern=[[1, 64]], offset=0)  # MARK
-        return None
 
     expect(k, (X,), "is in PSUM, which the GpSimd Engine cannot access", marker="# MARK")
 
@@ -319,7 +339,6 @@ def test_vector_transpose_limit():
         a = nl.zeros((64, 64), nl.float32)
         b = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf)
         nisa.nc_transpose(dst=b, data=a, engine=nisa.vector_engine)  # MARK
-        return None
 
     expect(k, (X,), "data has shape (64, 64)", "at most 32x32", marker="# MARK")
 
@@ -327,9 +346,7 @@ def test_vector_transpose_limit():
 def test_tensor_engine_transpose_limit():
     @nki.jit
     def k(x):
-        a = nl.zeros((128, 256), nl.float32)
-        b = nl.ndarray((256, 128), nl.float32, buffer=nl.psum)  # MARK
-        return None
+        nl.ndarray((256, 128), nl.float32, buffer=nl.psum)  # MARK
 
     expect(k, (X,), "partition dimension 256 > 128", marker="# MARK")
 
@@ -338,7 +355,6 @@ def test_tensor_engine_transpose_limit():
         a = nl.zeros((64, 256), nl.float32)
         b = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
         nisa.nc_transpose(dst=b, data=a, engine=nisa.tensor_engine)  # MARK
-        return None
 
     expect(k2, (X,), "data free size 256 exceeds maximum 128", marker="# MARK")
 
@@ -357,7 +373,6 @@ def test_compute_engine_start_partition_quadrants():
     def k(x):
         a = nl.zeros((128, 64), nl.float32)
         nisa.tensor_scalar(dst=a[1:2], data=a[1:2], op0=nl.add, operand0=1.0)  # MARK
-        return None
 
     expect(k, (X,), "starts at partition 1 with 1 partitions", "multiple of 32", marker="# MARK")
 
@@ -367,7 +382,6 @@ def test_access_outside_the_tensor():
     def k(x):
         t = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
         nisa.memset(dst=t.ap(pattern=[[64, 128], [1, 80]]), value=0.0)  # MARK
-        return None
 
     expect(k, (X,), "accesses elements 0..79 of each partition, which holds 64", marker="# MARK")
 
@@ -403,8 +417,14 @@ def reads_garbage(x):
 
 
 def test_uninitialized_read_reaching_hbm_is_reported():
-    err = expect(reads_garbage, (X,), "derived from uninitialized SBUF/PSUM memory", "to HBM tensor",
-                 marker="# MARK", kind="uninitialized")
+    err = expect(
+        reads_garbage,
+        (X,),
+        "derived from uninitialized SBUF/PSUM memory",
+        "to HBM tensor",
+        marker="# MARK",
+        kind="uninitialized",
+    )
     read = line_of(reads_garbage.func, "# READ")
     assert f"{THIS}:{read} reading SBUF tensor 'sbuf_1'" in str(err)
 
@@ -454,7 +474,6 @@ def test_register_load_of_uninitialized_memory():
         t = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
         r = nisa.register_alloc()
         nisa.register_load(r, t)  # MARK
-        return None
 
     expect(k, (X,), "loads a register from never-written memory", marker="# MARK", kind="uninitialized")
 

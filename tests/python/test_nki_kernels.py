@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import math
 
+import nki
+import nki.isa as nisa
+import nki.language as nl
 import numpy as np
 import pytest
 import torch
 
-import nki
-import nki.isa as nisa
-import nki.language as nl
-
-BF16_TOL = dict(rtol=2e-2, atol=2e-2)
-
 
 def _close(actual, expected, dtype, scale=1.0):
-    actual = torch.as_tensor(np.asarray(actual) if not isinstance(actual, torch.Tensor) else actual).float().cpu()
+    actual = (
+        torch.as_tensor(np.asarray(actual) if not isinstance(actual, torch.Tensor) else actual).float().cpu()
+    )
     expected = torch.as_tensor(expected).float().cpu()
     if dtype == torch.bfloat16:
         torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2 * scale)
@@ -115,12 +114,12 @@ def matmul_tiled(lhsT, rhs):
                 ks = min(TK, K - k * TK)
                 lt = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
                 rt = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=lt[:ks, :ms], src=lhsT[k * TK:k * TK + ks, m * TM:m * TM + ms])
-                nisa.dma_copy(dst=rt[:ks, :ns], src=rhs[k * TK:k * TK + ks, n * TN:n * TN + ns])
+                nisa.dma_copy(dst=lt[:ks, :ms], src=lhsT[k * TK : k * TK + ks, m * TM : m * TM + ms])
+                nisa.dma_copy(dst=rt[:ks, :ns], src=rhs[k * TK : k * TK + ks, n * TN : n * TN + ns])
                 nisa.nc_matmul(dst=res_psum[:ms, :ns], stationary=lt[:ks, :ms], moving=rt[:ks, :ns])
             res_sb = nl.ndarray(res_psum.shape, dtype=result.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res_sb[:ms, :ns], src=res_psum[:ms, :ns])
-            nisa.dma_copy(dst=result[m * TM:m * TM + ms, n * TN:n * TN + ns], src=res_sb[:ms, :ns])
+            nisa.dma_copy(dst=result[m * TM : m * TM + ms, n * TN : n * TN + ns], src=res_sb[:ms, :ns])
     return result
 
 
@@ -188,8 +187,8 @@ def rmsnorm_nl(x, w):
     wt = nl.load(w.reshape((1, w.shape[0])))
     for i in range(math.ceil(x.shape[0] / 128)):
         rows = min(128, x.shape[0] - i * 128)
-        t = nl.load(x[i * 128:i * 128 + rows, :])
-        nl.store(out[i * 128:i * 128 + rows, :], nl.rms_norm(t, wt, axis=1, n=x.shape[1], epsilon=1e-6))
+        t = nl.load(x[i * 128 : i * 128 + rows, :])
+        nl.store(out[i * 128 : i * 128 + rows, :], nl.rms_norm(t, wt, axis=1, n=x.shape[1], epsilon=1e-6))
     return out
 
 
@@ -215,8 +214,8 @@ def softmax_nl(x):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     for i in range(math.ceil(R / 128)):
         rows = min(128, R - i * 128)
-        t = nl.load(x[i * 128:i * 128 + rows, :])
-        nl.store(out[i * 128:i * 128 + rows, :], nl.softmax(t, axis=1))
+        t = nl.load(x[i * 128 : i * 128 + rows, :])
+        nl.store(out[i * 128 : i * 128 + rows, :], nl.softmax(t, axis=1))
     return out
 
 
@@ -230,8 +229,15 @@ def softmax_isa(x):
     nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True)
     e = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
     s = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max, reduce_op=nl.add, reduce_res=s,
-                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(
+        dst=e,
+        op=nl.exp,
+        data=t,
+        bias=neg_max,
+        reduce_op=nl.add,
+        reduce_res=s,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+    )
     r = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
     nisa.reciprocal(dst=r, data=s)
     p = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
@@ -261,22 +267,28 @@ def flash_attn_fwd(q, k, v, causal=False):
     T = 128
     for i in nl.affine_range(S // T):
         qT = nl.ndarray((d, T), dtype=q.dtype, buffer=nl.sbuf)
-        nisa.dma_transpose(dst=qT, src=q[i * T:(i + 1) * T, :])
+        nisa.dma_transpose(dst=qT, src=q[i * T : (i + 1) * T, :])
         m = nl.full((T, 1), -1e30, dtype=nl.float32)
-        l = nl.zeros((T, 1), dtype=nl.float32)  # noqa: E741
+        l = nl.zeros((T, 1), dtype=nl.float32)
         acc = nl.zeros((T, d), dtype=nl.float32)
         for j in nl.sequential_range((i + 1) if causal else S // T):
             kT = nl.ndarray((d, T), dtype=k.dtype, buffer=nl.sbuf)
-            nisa.dma_transpose(dst=kT, src=k[j * T:(j + 1) * T, :])
+            nisa.dma_transpose(dst=kT, src=k[j * T : (j + 1) * T, :])
             vt = nl.ndarray((T, d), dtype=v.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=vt, src=v[j * T:(j + 1) * T, :])
+            nisa.dma_copy(dst=vt, src=v[j * T : (j + 1) * T, :])
             s_psum = nl.ndarray((T, T), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(dst=s_psum, stationary=qT, moving=kT)
             s = nl.ndarray((T, T), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_scalar(dst=s, data=s_psum, op0=nl.multiply, operand0=scale)
             if causal and j == i:  # keep key f <= query p, i.e. p - f >= 0
-                nisa.affine_select(dst=s, pattern=[[-1, T]], channel_multiplier=1, on_true_tile=s,
-                                   on_false_value=-1e30, cmp_op=nl.greater_equal)
+                nisa.affine_select(
+                    dst=s,
+                    pattern=[[-1, T]],
+                    channel_multiplier=1,
+                    on_true_tile=s,
+                    on_false_value=-1e30,
+                    cmp_op=nl.greater_equal,
+                )
             mx = nl.ndarray((T, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_reduce(dst=mx, op=nl.maximum, data=s, axis=1)
             m_new = nl.ndarray((T, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -285,8 +297,15 @@ def flash_attn_fwd(q, k, v, causal=False):
             nisa.tensor_scalar(dst=neg, data=m_new, op0=nl.multiply, operand0=-1.0)
             p = nl.ndarray((T, T), dtype=q.dtype, buffer=nl.sbuf)
             rs = nl.ndarray((T, 1), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.activation(dst=p, op=nl.exp, data=s, bias=neg, reduce_op=nl.add, reduce_res=rs,
-                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.activation(
+                dst=p,
+                op=nl.exp,
+                data=s,
+                bias=neg,
+                reduce_op=nl.add,
+                reduce_res=rs,
+                reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            )
             corr = nl.ndarray((T, 1), dtype=nl.float32, buffer=nl.sbuf)
             nisa.activation(dst=corr, op=nl.exp, data=m, bias=neg)
             nisa.scalar_tensor_tensor(dst=l, data=l, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=rs)
@@ -296,13 +315,15 @@ def flash_attn_fwd(q, k, v, causal=False):
             nisa.tensor_copy(dst=pT, src=pT_psum)
             pv = nl.ndarray((T, d), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(dst=pv, stationary=pT, moving=vt)
-            nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=pv)
+            nisa.scalar_tensor_tensor(
+                dst=acc, data=acc, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=pv
+            )
             nisa.tensor_copy(dst=m, src=m_new)
         rl = nl.ndarray((T, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.reciprocal(dst=rl, data=l)
         o = nl.ndarray((T, d), dtype=q.dtype, buffer=nl.sbuf)
         nisa.tensor_scalar(dst=o, data=acc, op0=nl.multiply, operand0=rl)
-        nisa.dma_copy(dst=out[i * T:(i + 1) * T, :], src=o)
+        nisa.dma_copy(dst=out[i * T : (i + 1) * T, :], src=o)
     return out
 
 
@@ -322,7 +343,9 @@ def test_flash_attention_on_neuron_device():
     q, k, v = (torch.randn(256, 32, device="neuron") for _ in range(3))
     out = flash_attn_fwd(q, k, v, True)
     assert out.device == q.device
-    ref = torch.nn.functional.scaled_dot_product_attention(q.cpu()[None], k.cpu()[None], v.cpu()[None], is_causal=True)[0]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.cpu()[None], k.cpu()[None], v.cpu()[None], is_causal=True
+    )[0]
     _close(out, ref, torch.float32)
 
 
@@ -337,8 +360,8 @@ def scale_rows(x, factor):
     n = nl.num_programs(0)
     rows = x.shape[0] // n
     pid = nl.program_id(0)
-    t = nl.load(x[pid * rows:(pid + 1) * rows, :])
-    nl.store(out[pid * rows:(pid + 1) * rows, :], nl.multiply(t, factor))
+    t = nl.load(x[pid * rows : (pid + 1) * rows, :])
+    nl.store(out[pid * rows : (pid + 1) * rows, :], nl.multiply(t, factor))
     return out
 
 
@@ -490,8 +513,14 @@ def test_iota_affine_select_scan_bn_stats_max8():
         nisa.iota(dst=io, pattern=[[1, F]], offset=3, channel_multiplier=F)
         t = nl.load(x)
         tri = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
-        nisa.affine_select(dst=tri, pattern=[[-1, F]], channel_multiplier=1, on_true_tile=t, on_false_value=0.0,
-                           cmp_op=nl.greater_equal)
+        nisa.affine_select(
+            dst=tri,
+            pattern=[[-1, F]],
+            channel_multiplier=1,
+            on_true_tile=t,
+            on_false_value=0.0,
+            cmp_op=nl.greater_equal,
+        )
         cs = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
         zeros = nl.zeros((P, F), nl.float32)
         nisa.tensor_tensor_scan(dst=cs, data0=zeros, data1=t, initial=0.0, op0=nl.add, op1=nl.add)
@@ -562,7 +591,9 @@ def test_fp8_dtypes_round_through_storage():
     got = k(x)
     # e4m3 (IEEE-like, max 240): 3 mantissa bits; 300 overflows to inf; 2^-9 is the smallest
     # subnormal and 2^-10 (half of it) rounds to even, i.e. 0.
-    np.testing.assert_array_equal(got, np.array([[1.0, 1.0, 1.125, np.inf, -0.3125, 2.0**-9, 0.0]], np.float32))
+    np.testing.assert_array_equal(
+        got, np.array([[1.0, 1.0, 1.125, np.inf, -0.3125, 2.0**-9, 0.0]], np.float32)
+    )
 
 
 def test_simulate_entry_point_and_numpy_outputs():
@@ -581,8 +612,8 @@ def test_old_style_psum_accumulation_and_isa_calls_returning_tiles():
         out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
         res = nl.zeros((M, N), dtype=nl.float32, buffer=nl.psum)
         for k in nl.affine_range(K // 128):
-            a = nl.load(xT[k * 128:(k + 1) * 128, :])
-            b = nl.load(y[k * 128:(k + 1) * 128, :])
+            a = nl.load(xT[k * 128 : (k + 1) * 128, :])
+            b = nl.load(y[k * 128 : (k + 1) * 128, :])
             res += nl.matmul(a, b, transpose_x=True)
         nl.store(out, value=nl.copy(res))
         return out

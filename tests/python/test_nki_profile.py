@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 import math
 
+import nki
+import nki.isa as nisa
+import nki.language as nl
 import numpy as np
 import pytest
 import torch
 
-import nki
-import nki.isa as nisa
-import nki.language as nl
+
+def _load(path):
+    with open(path) as f:
+        return json.load(f)
 
 
 @nki.jit
@@ -26,12 +30,12 @@ def matmul_tiled(lhsT, rhs):
             for k in range(K // 128):
                 lt = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
                 rt = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=lt, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
-                nisa.dma_copy(dst=rt, src=rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
+                nisa.dma_copy(dst=lt, src=lhsT[k * 128 : (k + 1) * 128, m * 128 : (m + 1) * 128])
+                nisa.dma_copy(dst=rt, src=rhs[k * 128 : (k + 1) * 128, n * 512 : (n + 1) * 512])
                 nisa.nc_matmul(dst=ps, stationary=lt, moving=rt)
             sb = nl.ndarray((128, 512), dtype=result.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=sb, src=ps)
-            nisa.dma_copy(dst=result[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=sb)
+            nisa.dma_copy(dst=result[m * 128 : (m + 1) * 128, n * 512 : (n + 1) * 512], src=sb)
     return result
 
 
@@ -70,7 +74,6 @@ def test_fp32_matmul_is_four_times_slower():
         m = nl.zeros((128, 512), dtype)
         ps = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
         nisa.nc_matmul(dst=ps, stationary=s, moving=m)
-        return None
 
     x = np.zeros((1, 1), np.float32)
     bf = nki.estimate(k, x, nl.bfloat16).busy_ns["Tensor"]
@@ -111,7 +114,7 @@ def test_benchmark_result_and_timeline(tmp_path):
     assert p50 == pytest.approx(res.estimate.total_us) and p50 > 0
     assert len(res.emulator_latency.samples_us) == 3
     torch.testing.assert_close(res.outputs.float(), a.float().T @ b.float(), rtol=2e-2, atol=0.5)
-    trace = json.load(open(res.timeline_path))
+    trace = _load(res.timeline_path)
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     names = {e["name"] for e in events}
     assert {"nc_matmul", "dma_copy", "tensor_copy"} <= names
@@ -139,11 +142,11 @@ def test_old_style_benchmark_decorator():
 def test_profile_writes_timeline_and_summary(tmp_path):
     x = np.random.randn(128, 512).astype(np.float32)
     res = nki.profile(matmuls_on_resident_tiles, working_directory=str(tmp_path))(x, 4)
-    summary = json.load(open(res.summary_path))
+    summary = _load(res.summary_path)
     assert summary["kernel"].endswith("matmuls_on_resident_tiles")
     assert summary["instructions"] == res.estimate.instructions
     assert summary["engine_utilization"]["Tensor"] > 0
-    assert json.load(open(res.timeline_path))["traceEvents"]
+    assert _load(res.timeline_path)["traceEvents"]
 
 
 def test_grid_instances_run_on_parallel_cores():
@@ -152,7 +155,7 @@ def test_grid_instances_run_on_parallel_cores():
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         rows = x.shape[0] // nl.num_programs(0)
         p = nl.program_id(0)
-        nl.store(out[p * rows:(p + 1) * rows], nl.exp(nl.load(x[p * rows:(p + 1) * rows])))
+        nl.store(out[p * rows : (p + 1) * rows], nl.exp(nl.load(x[p * rows : (p + 1) * rows])))
         return out
 
     x = np.zeros((256, 512), np.float32)
@@ -169,14 +172,12 @@ def test_dma_efficiency_depends_on_contiguous_bytes():
     def load(x):
         t = nl.ndarray((128, 2048), x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x)
-        return None
 
     @nki.jit
     def load_strided(x):
         # the same bytes gathered one element at a time (a transposed access pattern)
         t = nl.ndarray((128, 2048), x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x.permute(1, 0))
-        return None
 
     fast = nki.estimate(load, np.zeros((128, 2048), np.float32)).total_ns
     slow = nki.estimate(load_strided, np.zeros((2048, 128), np.float32)).total_ns

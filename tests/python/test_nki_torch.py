@@ -4,13 +4,12 @@ lands), fake-tensor shape propagation, in-place operators and autograd."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-import torch
-
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import numpy as np
+import pytest
+import torch
 from torch_neuronx import nki_op, wrap_nki
 
 
@@ -26,8 +25,8 @@ def scale_rows(x, factor):
     out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
     rows = x.shape[0] // nl.num_programs(0)
     pid = nl.program_id(0)
-    t = nl.load(x[pid * rows:(pid + 1) * rows, :])
-    nl.store(out[pid * rows:(pid + 1) * rows, :], nl.multiply(t, factor))
+    t = nl.load(x[pid * rows : (pid + 1) * rows, :])
+    nl.store(out[pid * rows : (pid + 1) * rows, :], nl.multiply(t, factor))
     return out
 
 
@@ -231,3 +230,17 @@ def test_numpy_and_cpu_tensors_give_matching_types():
     assert isinstance(r, torch.Tensor) and r.device.type == "cpu"
     with pytest.raises(ValueError, match="mix"):
         add_kernel(a, t)
+
+
+def test_kernel_runs_on_the_current_stream():
+    import torch_neuronx
+
+    x = torch.randn(128, 64, device="neuron")
+    torch.neuron.synchronize()
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        torch_neuronx._C._debug_launch_sleep(0, 200)
+        out = add_kernel(x, x)
+    assert not s.query() and torch.neuron.default_stream().query()
+    s.synchronize()
+    torch.testing.assert_close(out.cpu(), 2 * x.cpu(), rtol=0, atol=0)

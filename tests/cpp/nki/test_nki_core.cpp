@@ -32,8 +32,8 @@ Ap ap(int32_t buf, DT dt, int64_t off, std::initializer_list<std::pair<int64_t, 
   return a;
 }
 
-int32_t buffer(nki::Program& p, nki::Mem m, DT dt, std::vector<int64_t> shape, const std::string& name,
-               bool input = false) {
+int32_t buffer(nki::Program& p, nki::Mem m, DT dt, std::vector<int64_t> shape,
+               const std::string& name, bool input = false) {
   nki::Buffer b;
   b.mem = m;
   b.dtype = dt;
@@ -80,7 +80,8 @@ std::shared_ptr<nki::Program> add_program(int64_t P, int64_t F, DT tile_dt) {
   auto full = [&](int buf, DT dt) { return ap(buf, dt, 0, {{F, P}, {1, F}}); };
   p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(ta, tile_dt), full(a, DT::Float32)}, 20));
   p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(tb, tile_dt), full(b, DT::Float32)}, 21));
-  Instr tt = instr(*p, Op::TensorTensor, nki::Engine::Vector, {full(tc, tile_dt), full(ta, tile_dt), full(tb, tile_dt)}, 22);
+  Instr tt = instr(*p, Op::TensorTensor, nki::Engine::Vector,
+                   {full(tc, tile_dt), full(ta, tile_dt), full(tb, tile_dt)}, 22);
   tt.i[0] = static_cast<int64_t>(nki::Alu::Add);
   p->add(tt);
   p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(c, DT::Float32), full(tc, tile_dt)}, 23));
@@ -131,12 +132,20 @@ TEST(NkiCore, MatmulMatchesLoops) {
     const int m = buffer(*p, nki::Mem::Sbuf, dt, {K, N}, "m");
     const int ps = buffer(*p, nki::Mem::Psum, DT::Float32, {M, N}, "ps");
     const int r = buffer(*p, nki::Mem::Sbuf, DT::Float32, {M, N}, "r");
-    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(s, dt, 0, {{M, K}, {1, M}}), ap(lhsT, DT::Float32, 0, {{M, K}, {1, M}})}, 1));
-    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(m, dt, 0, {{N, K}, {1, N}}), ap(rhs, DT::Float32, 0, {{N, K}, {1, N}})}, 2));
+    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+                 {ap(s, dt, 0, {{M, K}, {1, M}}), ap(lhsT, DT::Float32, 0, {{M, K}, {1, M}})}, 1));
+    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+                 {ap(m, dt, 0, {{N, K}, {1, N}}), ap(rhs, DT::Float32, 0, {{N, K}, {1, N}})}, 2));
     p->add(instr(*p, Op::Matmul, nki::Engine::Tensor,
-                 {ap(ps, DT::Float32, 0, {{N, M}, {1, N}}), ap(s, dt, 0, {{M, K}, {1, M}}), ap(m, dt, 0, {{N, K}, {1, N}})}, 3));
-    p->add(instr(*p, Op::TensorCopy, nki::Engine::Vector, {ap(r, DT::Float32, 0, {{N, M}, {1, N}}), ap(ps, DT::Float32, 0, {{N, M}, {1, N}})}, 4));
-    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(out, DT::Float32, 0, {{N, M}, {1, N}}), ap(r, DT::Float32, 0, {{N, M}, {1, N}})}, 5));
+                 {ap(ps, DT::Float32, 0, {{N, M}, {1, N}}), ap(s, dt, 0, {{M, K}, {1, M}}),
+                  ap(m, dt, 0, {{N, K}, {1, N}})},
+                 3));
+    p->add(instr(
+        *p, Op::TensorCopy, nki::Engine::Vector,
+        {ap(r, DT::Float32, 0, {{N, M}, {1, N}}), ap(ps, DT::Float32, 0, {{N, M}, {1, N}})}, 4));
+    p->add(instr(
+        *p, Op::DmaCopy, nki::Engine::Dma,
+        {ap(out, DT::Float32, 0, {{N, M}, {1, N}}), ap(r, DT::Float32, 0, {{N, M}, {1, N}})}, 5));
     p->finalize();
     auto A = randn(static_cast<size_t>(K * M), 3), B = randn(static_cast<size_t>(K * N), 4);
     std::vector<float> C(static_cast<size_t>(M * N));
@@ -144,11 +153,14 @@ TEST(NkiCore, MatmulMatchesLoops) {
     nki::ExecOptions opt;
     opt.check_uninit = true;
     nki::execute(*p, *core, {bind(A), bind(B), bind(C)}, opt, nullptr);
-    auto round = [&](float x) { return dt == DT::BFloat16 ? static_cast<float>(neuron::kernels::bf16(x)) : x; };
+    auto round = [&](float x) {
+      return dt == DT::BFloat16 ? static_cast<float>(neuron::kernels::bf16(x)) : x;
+    };
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
         double ref = 0;
-        for (int64_t k = 0; k < K; ++k) ref += static_cast<double>(round(A[k * M + i])) * round(B[k * N + j]);
+        for (int64_t k = 0; k < K; ++k)
+          ref += static_cast<double>(round(A[k * M + i])) * round(B[k * N + j]);
         ASSERT_NEAR(C[i * N + j], ref, 1e-4 * (1 + std::fabs(ref))) << i << "," << j;
       }
   }
@@ -173,7 +185,8 @@ TEST(NkiCore, MatmulMovingFreeSizeLimit) {
   const int m = buffer(p, nki::Mem::Sbuf, DT::BFloat16, {128, 1024}, "m");
   const int ps = buffer(p, nki::Mem::Psum, DT::Float32, {128, 1024}, "ps");
   Instr in = instr(p, Op::Matmul, nki::Engine::Tensor,
-                   {ap(ps, DT::Float32, 0, {{1024, 128}, {1, 1024}}), ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
+                   {ap(ps, DT::Float32, 0, {{1024, 128}, {1, 1024}}),
+                    ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
                     ap(m, DT::BFloat16, 0, {{1024, 128}, {1, 1024}})},
                    42);
   const std::string msg = error_of([&] { p.add(in); });
@@ -185,11 +198,18 @@ TEST(NkiCore, SbufCapacityExceeded) {
   nki::Program p(nki::Target{});
   const int h = buffer(p, nki::Mem::Hbm, DT::Float32, {128, 40000}, "x", true);
   std::vector<int> tiles;
-  for (int i = 0; i < 2; ++i) tiles.push_back(buffer(p, nki::Mem::Sbuf, DT::Float32, {128, 40000}, "t" + std::to_string(i)));
+  for (int i = 0; i < 2; ++i)
+    tiles.push_back(buffer(p, nki::Mem::Sbuf, DT::Float32, {128, 40000}, "t" + std::to_string(i)));
   for (int t : tiles)
-    p.add(instr(p, Op::DmaCopy, nki::Engine::Dma, {ap(t, DT::Float32, 0, {{40000, 128}, {1, 40000}}), ap(h, DT::Float32, 0, {{40000, 128}, {1, 40000}})}, 30 + t));
+    p.add(instr(p, Op::DmaCopy, nki::Engine::Dma,
+                {ap(t, DT::Float32, 0, {{40000, 128}, {1, 40000}}),
+                 ap(h, DT::Float32, 0, {{40000, 128}, {1, 40000}})},
+                30 + t));
   // Both tiles are read at the end, so both are live together: 2 x 160000 B > 229376 B.
-  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector, {ap(tiles[0], DT::Float32, 0, {{40000, 128}, {1, 40000}}), ap(tiles[1], DT::Float32, 0, {{40000, 128}, {1, 40000}})}, 50));
+  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+              {ap(tiles[0], DT::Float32, 0, {{40000, 128}, {1, 40000}}),
+               ap(tiles[1], DT::Float32, 0, {{40000, 128}, {1, 40000}})},
+              50));
   const std::string msg = error_of([&] { p.finalize(); });
   EXPECT_NE(msg.find("SBUF capacity exceeded"), std::string::npos) << msg;
   EXPECT_NE(msg.find("229376"), std::string::npos) << msg;
@@ -200,12 +220,17 @@ TEST(NkiCore, UninitializedReadReachingHbmIsReported) {
   const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {128, 8}, "out");
   const int t = buffer(*p, nki::Mem::Sbuf, DT::Float32, {128, 8}, "never_written");
   const int u = buffer(*p, nki::Mem::Sbuf, DT::Float32, {128, 8}, "u");
-  Instr sc = instr(*p, Op::TensorScalar, nki::Engine::Vector, {ap(u, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(t, DT::Float32, 0, {{8, 128}, {1, 8}})}, 61);
+  Instr sc = instr(
+      *p, Op::TensorScalar, nki::Engine::Vector,
+      {ap(u, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(t, DT::Float32, 0, {{8, 128}, {1, 8}})}, 61);
   sc.i[0] = static_cast<int64_t>(nki::Alu::Multiply);
   sc.i[1] = -1;
   sc.f[0] = 2.0;
   p->add(sc);
-  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(out, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(u, DT::Float32, 0, {{8, 128}, {1, 8}})}, 62));
+  p->add(instr(
+      *p, Op::DmaCopy, nki::Engine::Dma,
+      {ap(out, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(u, DT::Float32, 0, {{8, 128}, {1, 8}})},
+      62));
   p->finalize();
   std::vector<float> o(1024);
   auto core = nki::acquire_core(p->target());
@@ -238,12 +263,15 @@ TEST(NkiCore, CostModelMatmulNearPeak) {
   const int s = buffer(*p, nki::Mem::Sbuf, DT::BFloat16, {128, 128}, "s");
   const int m = buffer(*p, nki::Mem::Sbuf, DT::BFloat16, {128, 512}, "m");
   const int ps = buffer(*p, nki::Mem::Psum, DT::Float32, {128, 512}, "ps");
-  Instr ms = instr(*p, Op::Memset, nki::Engine::Vector, {ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}})}, 1);
+  Instr ms = instr(*p, Op::Memset, nki::Engine::Vector,
+                   {ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}})}, 1);
   p->add(ms);
-  p->add(instr(*p, Op::Memset, nki::Engine::Vector, {ap(m, DT::BFloat16, 0, {{512, 128}, {1, 512}})}, 2));
+  p->add(instr(*p, Op::Memset, nki::Engine::Vector,
+               {ap(m, DT::BFloat16, 0, {{512, 128}, {1, 512}})}, 2));
   for (int k = 0; k < 16; ++k) {
     Instr mm = instr(*p, Op::Matmul, nki::Engine::Tensor,
-                     {ap(ps, DT::Float32, 0, {{512, 128}, {1, 512}}), ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
+                     {ap(ps, DT::Float32, 0, {{512, 128}, {1, 512}}),
+                      ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
                       ap(m, DT::BFloat16, 0, {{512, 128}, {1, 512}})},
                      3);
     mm.i[0] = k > 0;
@@ -275,8 +303,11 @@ TEST(NkiCore, RuntimeLoopUsesRegisterOffsets) {
   Ap src = ap(x, DT::Float32, 0, {{16, 32}, {1, 16}});
   src.reg = static_cast<int16_t>(r);
   src.reg_scale = 32 * 16;
-  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), src}, 71));
-  Instr sc = instr(*p, Op::TensorScalar, nki::Engine::Vector, {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})}, 72);
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), src},
+               71));
+  Instr sc = instr(
+      *p, Op::TensorScalar, nki::Engine::Vector,
+      {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})}, 72);
   sc.i[0] = static_cast<int64_t>(nki::Alu::Multiply);
   sc.i[1] = -1;
   sc.f[0] = 3.0;
@@ -284,7 +315,8 @@ TEST(NkiCore, RuntimeLoopUsesRegisterOffsets) {
   Ap dst = ap(out, DT::Float32, 0, {{16, 32}, {1, 16}});
   dst.reg = static_cast<int16_t>(r);
   dst.reg_scale = 32 * 16;
-  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {dst, ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})}, 73));
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {dst, ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})},
+               73));
   Instr le;
   le.op = Op::LoopEnd;
   le.engine = nki::Engine::Sync;
