@@ -180,6 +180,7 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
       return c;
     case Op::TensorScalarReduce:
     case Op::SelectReduce:
+    case Op::RangeSelect:
       c.ns = cyc(std::max(mii, static_cast<double>(N)) + mii, eg);
       return c;
     case Op::ScalarTensorTensor: {
@@ -190,6 +191,7 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
       return c;
     }
     case Op::CopyPredicated:
+    case Op::TensorScalarCumulative:
     case Op::BnStats:
     case Op::Max8:
       c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
@@ -290,7 +292,7 @@ struct Access {
 bool writes_operand(const Instr& in, int k) {
   if (k == 0) return in.op != Op::RegLoad;
   return (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||
-         (in.op == Op::TensorScalarReduce && k == 3);
+         (in.op == Op::TensorScalarReduce && k == 3) || (in.op == Op::RangeSelect && k == 4);
 }
 
 int lane_of(Engine e) {

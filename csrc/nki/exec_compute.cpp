@@ -708,6 +708,111 @@ void copy_predicated(Ctx& c, Views& w) {
   });
 }
 
+// The accumulator start value of reduce_cmd reset_reduce for an operator.
+float reset_value(Alu op) {
+  switch (op) {
+    case Alu::Multiply:
+      return 1.0f;
+    case Alu::Max:
+      return -std::numeric_limits<float>::infinity();
+    case Alu::Min:
+      return std::numeric_limits<float>::infinity();
+    default:
+      return 0.0f;
+  }
+}
+
+void tensor_scalar_cumulative(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
+  const auto cmd = static_cast<ReduceCmd>(in.i[2]);
+  const bool rev0 = in.i[3] != 0;
+  CoreState& core = c.core;
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    const float imm0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
+    const int64_t q = std::min<int64_t>(p, 127);
+    float reg = core.sel_acc[q];
+    uint8_t reg_def = core.sel_acc_def[q];
+    if (cmd == ReduceCmd::ResetReduce || cmd == ReduceCmd::Reset) {
+      reg = reset_value(op1);
+      reg_def = 1;
+    } else if (cmd == ReduceCmd::LoadReduce) {
+      reg = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[1]);
+      reg_def = w.has[3] ? vec_def(w.v[3], p) : 1;
+    }
+    uint8_t* da = c.check ? sc.db(0, F) : nullptr;
+    if (da) {
+      load_def_row(a, p, da);
+      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
+    }
+    for (int64_t i = 0; i < F; ++i) {
+      const float t = rev0 ? alu_ss(op0, imm0, x[i]) : alu_ss(op0, x[i], imm0);
+      reg = alu_ss(op1, t, reg);
+      x[i] = reg;
+      if (da) {
+        reg_def &= da[i];
+        da[i] = reg_def;
+      }
+    }
+    if (p < 128) {
+      core.sel_acc[p] = reg;
+      core.sel_acc_def[p] = reg_def;
+    }
+    store_row(d, p, x);
+    if (da) {
+      if (!all_defined(da, F)) c.note_undefined(1);
+      store_def_row(d, p, da);
+    }
+  });
+}
+
+void range_select(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &t = w.v[1];
+  const int64_t F = t.free();
+  const auto c0 = static_cast<Alu>(in.i[0]), c1 = static_cast<Alu>(in.i[1]);
+  const auto cmd = static_cast<ReduceCmd>(in.i[3]);
+  const float start = static_cast<float>(in.f[0]), fill = static_cast<float>(in.f[1]);
+  CoreState& core = c.core;
+  for_partitions(t.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(t, p, x);
+    const float b0 = vec_at(w.v[2], p), b1 = vec_at(w.v[3], p);
+    uint8_t* dx = c.check ? sc.db(0, F) : nullptr;
+    if (dx) load_def_row(t, p, dx);
+    const uint8_t bdef = vec_def(w.v[2], p) & vec_def(w.v[3], p);
+    float mx = -std::numeric_limits<float>::infinity();
+    uint8_t all_ok = 1;
+    for (int64_t i = 0; i < F; ++i) {
+      const float idx = static_cast<float>(i) + start;
+      const bool keep = alu_ss(c0, idx, b0) != 0.0f && alu_ss(c1, idx, b1) != 0.0f;
+      if (!keep) x[i] = fill;
+      if (dx) {
+        dx[i] = bdef & (keep ? dx[i] : uint8_t{1});
+        all_ok &= dx[i];
+      }
+      mx = std::max(mx, x[i]);
+    }
+    store_row(d, p, x);
+    if (dx) {
+      if (!all_ok) c.note_undefined(1);
+      store_def_row(d, p, dx);
+    }
+    if (w.has[4] && p < 128) {
+      apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       Alu::Max);
+      vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
+    }
+  });
+}
+
 void bn_stats(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t F = a.free();
@@ -832,6 +937,10 @@ void exec_compute(Ctx& c) {
       return bn_aggr(c, w);
     case Op::Max8:
       return max8(c, w);
+    case Op::TensorScalarCumulative:
+      return tensor_scalar_cumulative(c, w);
+    case Op::RangeSelect:
+      return range_select(c, w);
     default:
       c.fail("runtime", "opcode is not a compute instruction", "");
   }

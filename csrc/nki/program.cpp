@@ -37,7 +37,9 @@ constexpr std::string_view kOpNames[] = {"nki.isa.dma_copy",
                                          "nki.language.fori_loop",
                                          "nki.language.fori_loop (end)",
                                          "nki.language.while_loop",
-                                         "nki.language.while_loop (end)"};
+                                         "nki.language.while_loop (end)",
+                                         "nki.isa.tensor_scalar_cumulative",
+                                         "nki.isa.range_select"};
 static_assert(std::size(kOpNames) == static_cast<size_t>(Op::Count));
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -889,6 +891,55 @@ void Program::verify(const Instr& in) const {
     case Op::WhileBegin:
       if (in.i[0] < 0 || in.i[0] >= num_regs_) fail(in, "unknown register", "");
       break;
+    case Op::TensorScalarCumulative: {
+      need(0, "dst");
+      need(1, "src");
+      onchip(0, "dst");
+      onchip(1, "src");
+      same_parts(0, "dst", 1, "src");
+      same_free(0, "dst", 1, "src");
+      opt(2, "imm0");
+      vector_operand(2, 1, "imm0");
+      opt(3, "imm1");
+      vector_operand(3, 1, "imm1");
+      for (int k : {0, 1})
+        if (dt_is_int32(dt(k)) || dt_is_packed(dt(k)) || dt(k) == DT::TFloat32)
+          fail(in, std::string(k ? "src" : "dst") + " has dtype " + std::string(dt_name(dt(k))),
+               "tensor_scalar_cumulative works on bf16/fp16/fp32/fp8/(u)int8/(u)int16 (no 32-bit "
+               "integers)");
+      alu_ok(in.i[0], "op0");
+      alu_ok(in.i[1], "op1");
+      if (alu_is_bitvec(static_cast<Alu>(in.i[0])))
+        fail(in, "op0 is a bitvec operator", "tensor_scalar_cumulative op0 is arithmetic");
+      const auto r = static_cast<Alu>(in.i[1]);
+      if (r != Alu::Add && r != Alu::Subtract && r != Alu::Multiply && r != Alu::Max &&
+          r != Alu::Min)
+        fail(in, "op1 " + std::string(alu_name(r)),
+             "tensor_scalar_cumulative accumulates with add, subtract, multiply, max or min");
+      break;
+    }
+    case Op::RangeSelect: {
+      if (target_.nc_version < 3)
+        fail(in, "range_select on NeuronCore-v2", "range_select needs NeuronCore-v3 or newer");
+      need(0, "dst");
+      need(1, "on_true_tile");
+      need(2, "bound0");
+      need(3, "bound1");
+      onchip(0, "dst");
+      onchip(1, "on_true_tile");
+      same_parts(0, "dst", 1, "on_true_tile");
+      same_free(0, "dst", 1, "on_true_tile");
+      vector_operand(2, 1, "bound0");
+      vector_operand(3, 1, "bound1");
+      opt(4, "reduce_res");
+      vector_operand(4, 1, "reduce_res");
+      alu_ok(in.i[0], "comp_op0");
+      alu_ok(in.i[1], "comp_op1");
+      if (in.i[2] != static_cast<int64_t>(Alu::Max))
+        fail(in, "reduce_op " + std::string(alu_name(static_cast<Alu>(in.i[2]))),
+             "range_select reduces with maximum");
+      break;
+    }
     case Op::LoopEnd:
     case Op::WhileEnd:
       break;
@@ -931,9 +982,9 @@ void Program::add(const Instr& in_) {
     if (!in.ap[k].present()) continue;
     if (in.ap[k].reg >= 0) dynamic_ = true;
     const bool writes = k == 0 && in.op != Op::RegLoad;
-    const bool extra_write = (in.op == Op::Activation && k == 4) ||
-                             (in.op == Op::SelectReduce && k == 4) ||
-                             (in.op == Op::TensorScalarReduce && k == 3);
+    const bool extra_write =
+        (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||
+        (in.op == Op::TensorScalarReduce && k == 3) || (in.op == Op::RangeSelect && k == 4);
     if (writes || extra_write) buffers_[in.ap[k].buf].written = true;
   }
   instrs_.push_back(in);

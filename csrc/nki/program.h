@@ -59,6 +59,8 @@ enum class Op : uint8_t {
   LoopEnd,
   WhileBegin,
   WhileEnd,
+  TensorScalarCumulative,
+  RangeSelect,
   Count,
 };
 std::string_view op_name(Op op);  // "nki.isa.nc_matmul", ...

@@ -47,6 +47,8 @@ OP = {
             "LoopEnd",
             "WhileBegin",
             "WhileEnd",
+            "TensorScalarCumulative",
+            "RangeSelect",
         ]
     )
 }

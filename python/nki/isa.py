@@ -701,6 +701,75 @@ def select_reduce(
     return _result(dst, alloc)
 
 
+def tensor_scalar_cumulative(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    op0=None,
+    op1=None,
+    imm0=None,
+    imm1=None,
+    reduce_cmd=reduce_cmd.idle,
+    reverse0=False,
+    name=None,
+    **kwargs,
+):
+    """Per partition: reg = op1(src[i] op0 imm0, reg); dst[i] = reg. reduce_cmd reset_reduce
+    starts from the identity of op1, load_reduce from imm1, reduce continues the Vector
+    Engine's accumulator."""
+    v0, i0 = _scalar_or_vec(imm0)
+    v1, i1 = _scalar_or_vec(imm1)
+    dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
+    emit(
+        "TensorScalarCumulative",
+        "vector",
+        [dst, src, v0, v1],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(reduce_cmd), int(bool(reverse0))],
+        [i0, i1],
+    )
+    return _result(dst, alloc)
+
+
+def range_select(
+    dst: NkiTensor = None,
+    on_true_tile: NkiTensor = None,
+    comp_op0=None,
+    comp_op1=None,
+    bound0: NkiTensor = None,
+    bound1: NkiTensor = None,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_res: NkiTensor = None,
+    reduce_op=None,
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    name=None,
+    **kwargs,
+):
+    """dst[p, i] = on_true_tile[p, i] if comp_op0(i + range_start, bound0[p]) and
+    comp_op1(i + range_start, bound1[p]) else on_false_value (default: the most negative fp32),
+    with an optional max-reduction of the result into reduce_res (NeuronCore-v3+)."""
+    b0, _ = _scalar_or_vec(bound0)
+    b1, _ = _scalar_or_vec(bound1)
+    if b0 is None or b1 is None:
+        raise TypeError("range_select: bound0 and bound1 are [partition, 1] tiles")
+    dst, alloc = _dst(dst, on_true_tile.shape, kwargs.get("dtype") or on_true_tile.dtype)
+    rres = reduce_res
+    if rres is not None and rres.ndim != 2:
+        rres = rres._view((rres.shape[0], 1), (rres.strides[0], 1))
+    emit(
+        "RangeSelect",
+        "vector",
+        [dst, on_true_tile, b0, b1, rres],
+        [
+            _alu(comp_op0, "comp_op0"),
+            _alu(comp_op1, "comp_op1"),
+            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            int(reduce_cmd),
+        ],
+        [float(range_start), float(on_false_value)],
+    )
+    return _result(dst, alloc)
+
+
 def bn_stats(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
     """Per partition (count, mean, var*count) of the even and of the odd elements (6 values)."""
     dst, alloc = _dst(dst, (data.shape[0], 6), dtype or nl.float32)

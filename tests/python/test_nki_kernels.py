@@ -644,3 +644,47 @@ def test_nki_simulator_env_runs_on_host(monkeypatch):
     out = add_isa(x, x)
     assert out.device == x.device
     torch.testing.assert_close(out.cpu(), 2 * x.cpu(), rtol=0, atol=0)
+
+
+def test_tensor_scalar_cumulative_and_range_select():
+    @nki.jit
+    def k(x, lo, hi):
+        P, F = x.shape
+        t = nl.load(x)
+        cs = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(
+            dst=cs, src=t, op0=nl.multiply, op1=nl.add, imm0=2.0, reduce_cmd=nisa.reduce_cmd.reset_reduce
+        )
+        cm = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(
+            dst=cm, src=t, op0=nl.add, op1=nl.maximum, imm0=0.0, reduce_cmd=nisa.reduce_cmd.reset_reduce
+        )
+        sel = nl.ndarray((P, F), nl.float32, buffer=nl.sbuf)
+        mx = nl.ndarray((P, 1), nl.float32, buffer=nl.sbuf)
+        nisa.range_select(
+            dst=sel,
+            on_true_tile=t,
+            comp_op0=nl.greater_equal,
+            comp_op1=nl.less,
+            bound0=nl.load(lo),
+            bound1=nl.load(hi),
+            reduce_res=mx,
+            on_false_value=-1e30,
+        )
+        outs = []
+        for tile in (cs, cm, sel, mx):
+            o = nl.ndarray(tile.shape, nl.float32, buffer=nl.shared_hbm)
+            nl.store(o, tile)
+            outs.append(o)
+        return tuple(outs)
+
+    x = np.random.randn(16, 40).astype(np.float32)
+    lo = np.random.randint(0, 20, (16, 1)).astype(np.float32)
+    hi = lo + np.random.randint(1, 20, (16, 1)).astype(np.float32)
+    cs, cm, sel, mx = k(x, lo, hi)
+    np.testing.assert_allclose(cs, np.cumsum(2 * x, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(cm, np.maximum.accumulate(x, axis=1))
+    idx = np.arange(40)[None, :]
+    keep = (idx >= lo) & (idx < hi)
+    np.testing.assert_array_equal(sel, np.where(keep, x, np.float32(-1e30)))
+    np.testing.assert_array_equal(mx[:, 0], np.where(keep, x, -np.inf).max(1))

@@ -335,3 +335,60 @@ TEST(NkiCore, RuntimeLoopUsesRegisterOffsets) {
   EXPECT_EQ(est.instructions, 12);
   EXPECT_EQ(est.hbm_read_bytes, 128 * 16 * 4);
 }
+
+TEST(NkiDtype, SmallFloatsRoundToNearestEven) {
+  // fp8 e4m3 (IEEE-like, bias 7): max finite 240, overflow to inf, NaN kept.
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(1.0625f)), 1.0f);  // tie -> even mantissa
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(1.1875f)), 1.25f);
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(240.0f)), 240.0f);
+  EXPECT_TRUE(std::isinf(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(250.0f))));
+  EXPECT_TRUE(std::isnan(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(NAN))));
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(std::ldexp(1.0f, -9))),
+            std::ldexp(1.0f, -9));  // min subnormal
+  // e8m0: powers of two only, nearest by value.
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(3.0f)), 2.0f);
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(3.5f)), 4.0f);
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(0.25f)), 0.25f);
+  // tf32 keeps 10 mantissa bits.
+  EXPECT_EQ(nki::round_tf32(1.0f + std::ldexp(1.0f, -11)), 1.0f);
+  EXPECT_EQ(nki::round_tf32(1.0f + std::ldexp(1.0f, -10)), 1.0f + std::ldexp(1.0f, -10));
+  // Integer stores saturate and round to nearest even.
+  uint8_t b[4];
+  nki::from_f32(DT::Int8, 300.0f, b);
+  EXPECT_EQ(static_cast<int8_t>(b[0]), 127);
+  nki::from_f32(DT::Int8, 2.5f, b);
+  EXPECT_EQ(static_cast<int8_t>(b[0]), 2);
+  nki::from_f32(DT::UInt8, -3.0f, b);
+  EXPECT_EQ(b[0], 0);
+}
+
+TEST(NkiCore, PsumCapacityCountsBanks) {
+  nki::Program p(nki::Target{});
+  std::vector<int> tiles;
+  for (int i = 0; i < 9; ++i)
+    tiles.push_back(buffer(p, nki::Mem::Psum, DT::Float32, {128, 100}, "ps" + std::to_string(i)));
+  for (int t : tiles)
+    p.add(instr(p, Op::Memset, nki::Engine::Vector, {ap(t, DT::Float32, 0, {{100, 128}, {1, 100}})},
+                80));
+  for (int t : tiles)
+    p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+                {ap(tiles[0], DT::Float32, 0, {{100, 128}, {1, 100}}),
+                 ap(t, DT::Float32, 0, {{100, 128}, {1, 100}})},
+                81));
+  // 400 B per partition each, but PSUM tensors are placed on 2 KiB banks: the 9th does not fit.
+  const std::string msg = error_of([&] { p.finalize(); });
+  EXPECT_NE(msg.find("PSUM capacity exceeded"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(9 of 8 banks)"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, GpSimdCannotReachPsum) {
+  nki::Program p(nki::Target{});
+  const int ps = buffer(p, nki::Mem::Psum, DT::Int32, {128, 16}, "ps");
+  Instr in =
+      instr(p, Op::Iota, nki::Engine::GpSimd, {ap(ps, DT::Int32, 0, {{16, 128}, {1, 16}})}, 90);
+  in.i[0] = 1;
+  in.i[1] = 1;
+  in.i[2] = 16;
+  const std::string msg = error_of([&] { p.add(in); });
+  EXPECT_NE(msg.find("GpSimd Engine cannot access"), std::string::npos) << msg;
+}
