@@ -314,7 +314,7 @@ class Kernel:
             shared_here = []
             for info in tr.hbm:
                 if info["kind"] == "in":
-                    slots.append({"kind": "in", "arg": info["arg"]})
+                    slots.append({"kind": "in", "arg": info["arg"], "name": info["name"]})
                 elif info["kind"] == "shared":
                     slots.append({"kind": "shared", "index": len(shared_here)})
                     shared_here.append(
@@ -466,7 +466,7 @@ class _Run:
             for j, s in enumerate(inst["slots"]):
                 if s["kind"] == "in":
                     p, n = self._ptr(self.args[s["arg"]])
-                    lst.append((p, n, "", True, False))
+                    lst.append((p, n, s.get("name", ""), True, False))
                 elif s["kind"] == "shared":
                     p, n = self._ptr(self.shared[s["index"]])
                     lst.append((p, n, meta["shared"][s["index"]]["name"], False, False))
