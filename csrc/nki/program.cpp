@@ -91,6 +91,81 @@ struct Reader {
   }
 };
 
+// Field by field (no struct padding in the bytes: identical programs serialize identically).
+void put_target(Writer& w, const Target& t) {
+  w.put<int32_t>(t.nc_version);
+  w.put<int64_t>(t.sbuf_bytes_per_partition);
+  w.put<int64_t>(t.psum_bytes_per_partition);
+  w.put<int32_t>(t.psum_banks);
+  w.put<int32_t>(t.partitions);
+}
+Target get_target(Reader& r) {
+  Target t;
+  t.nc_version = r.get<int32_t>();
+  t.sbuf_bytes_per_partition = r.get<int64_t>();
+  t.psum_bytes_per_partition = r.get<int64_t>();
+  t.psum_banks = r.get<int32_t>();
+  t.partitions = r.get<int32_t>();
+  if (t.partitions <= 0 || t.partitions > 128 || t.psum_banks <= 0 ||
+      t.sbuf_bytes_per_partition <= 0 || t.psum_bytes_per_partition <= 0)
+    throw NkiError("validation", "nki trace cache", "", "corrupt target record", "");
+  return t;
+}
+void put_instr(Writer& w, const Instr& in) {
+  w.put<uint8_t>(static_cast<uint8_t>(in.op));
+  w.put<uint8_t>(static_cast<uint8_t>(in.engine));
+  w.put<uint8_t>(in.nap);
+  for (int k = 0; k < in.nap; ++k) {
+    const Ap& a = in.ap[k];
+    w.put<int32_t>(a.buf);
+    w.put<uint8_t>(static_cast<uint8_t>(a.dtype));
+    w.put<int8_t>(a.ndim);
+    w.put<int16_t>(a.reg);
+    w.put<int64_t>(a.offset);
+    w.put<int64_t>(a.reg_scale);
+    for (int d = 0; d < a.ndim && d < kMaxApDims; ++d) {
+      w.put<int64_t>(a.step[d]);
+      w.put<int64_t>(a.num[d]);
+    }
+  }
+  for (int64_t v : in.i) w.put<int64_t>(v);
+  for (double v : in.f) w.put<double>(v);
+  w.put<int32_t>(in.loc);
+  w.put<int32_t>(in.api);
+}
+Instr get_instr(Reader& r) {
+  auto corrupt = [] {
+    return NkiError("validation", "nki trace cache", "", "corrupt instruction record", "");
+  };
+  Instr in;
+  const auto op = r.get<uint8_t>(), engine = r.get<uint8_t>();
+  if (op >= static_cast<uint8_t>(Op::Count) || engine >= kNumEngines) throw corrupt();
+  in.op = static_cast<Op>(op);
+  in.engine = static_cast<Engine>(engine);
+  in.nap = r.get<uint8_t>();
+  if (in.nap > kMaxOperands) throw corrupt();
+  for (int k = 0; k < in.nap; ++k) {
+    Ap& a = in.ap[k];
+    a.buf = r.get<int32_t>();
+    const auto dt = r.get<uint8_t>();
+    a.ndim = r.get<int8_t>();
+    if (dt >= kNumDTypes || a.ndim < 0 || a.ndim > kMaxApDims) throw corrupt();
+    a.dtype = static_cast<DT>(dt);
+    a.reg = r.get<int16_t>();
+    a.offset = r.get<int64_t>();
+    a.reg_scale = r.get<int64_t>();
+    for (int d = 0; d < a.ndim; ++d) {
+      a.step[d] = r.get<int64_t>();
+      a.num[d] = r.get<int64_t>();
+    }
+  }
+  for (auto& v : in.i) v = r.get<int64_t>();
+  for (auto& v : in.f) v = r.get<double>();
+  in.loc = r.get<int32_t>();
+  in.api = r.get<int32_t>();
+  return in;
+}
+
 }  // namespace
 
 std::string_view mem_name(Mem m) {
@@ -1186,7 +1261,7 @@ std::string Program::serialize() const {
   Writer w;
   w.out.append("NKIP", 4);
   w.put<int32_t>(kFormatVersion);
-  w.put(target_);
+  put_target(w, target_);
   w.put<uint32_t>(static_cast<uint32_t>(strings_.size()));
   for (const auto& s : strings_) w.put_str(s);
   w.put<int32_t>(num_regs_);
@@ -1203,7 +1278,7 @@ std::string Program::serialize() const {
     w.put(b.fixed_offset);
   }
   w.put<uint32_t>(static_cast<uint32_t>(instrs_.size()));
-  for (const auto& in : instrs_) w.put(in);
+  for (const auto& in : instrs_) put_instr(w, in);
   return w.out;
 }
 
@@ -1218,7 +1293,7 @@ std::shared_ptr<Program> Program::deserialize(std::string_view bytes) {
                    "program format version " + std::to_string(version) + " (expected " +
                        std::to_string(kFormatVersion) + ")",
                    "");
-  auto prog = std::make_shared<Program>(r.get<Target>());
+  auto prog = std::make_shared<Program>(get_target(r));
   const auto nstr = r.get<uint32_t>();
   for (uint32_t i = 0; i < nstr; ++i) prog->intern(r.get_str());
   const auto nregs = r.get<int32_t>();
@@ -1242,12 +1317,7 @@ std::shared_ptr<Program> Program::deserialize(std::string_view bytes) {
   }
   const auto ninstr = r.get<uint32_t>();
   for (uint32_t i = 0; i < ninstr; ++i) {
-    auto in = r.get<Instr>();
-    if (in.op >= Op::Count || in.nap > kMaxOperands || static_cast<int>(in.engine) >= kNumEngines)
-      throw NkiError("validation", "nki trace cache", "", "corrupt instruction record", "");
-    for (int k = 0; k < in.nap; ++k)
-      if (static_cast<int>(in.ap[k].dtype) >= kNumDTypes || in.ap[k].ndim > kMaxApDims)
-        throw NkiError("validation", "nki trace cache", "", "corrupt operand record", "");
+    Instr in = get_instr(r);
     prog->add(in);
   }
   if (r.pos != bytes.size())

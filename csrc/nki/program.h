@@ -157,7 +157,7 @@ struct Phys {
 
 class Program {
  public:
-  static constexpr int kFormatVersion = 1;
+  static constexpr int kFormatVersion = 2;
   // Physical partition pitch in bytes: the capacity plus one cache line, so that consecutive
   // partitions do not alias in the host caches.
   static int64_t sbuf_pitch(const Target& t) { return t.sbuf_bytes_per_partition + 64; }
