@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
@@ -284,5 +283,3 @@ def estimate(kernel, *args, **kwargs) -> KernelEstimate:
         return KernelEstimate(traced, traces)
     return KernelEstimate(traced)
 
-
-_ = sys  # keep the module importable without optional dependencies

@@ -1041,13 +1041,6 @@ class _Ops:
 nisa_ops = _Ops()
 
 
-class _LazyIsa:
-    def __getattr__(self, name):
-        from . import isa
-
-        return getattr(isa, name)
-
-
 class _IsaAttr:
     def __init__(self, attr):
         self.attr = attr
