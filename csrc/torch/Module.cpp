@@ -6,6 +6,7 @@
 
 #include "Common.h"
 #include "NeuronGenerator.h"
+#include "NkiBindings.h"
 #include "OpTracker.h"
 #include "runtime/event.h"
 #include "runtime/thread_pool.h"
@@ -119,6 +120,8 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));
   });
   m.def("_device_properties", [](int index) { return device_properties(index); });
+  register_nki(m);
+
   m.def("_topology", [] {
     const rt::Topology& t = rt::Runtime::get().topology();
     py::dict d;

@@ -43,6 +43,21 @@ from .neuron import (  # noqa: E402
 )
 
 
+# NKI: importing it here emits the NKI_ENABLE_TRACE_CACHE notice at `import torch` like the real
+# stack; the torch operator helpers (torch.library, Dynamo) load on first use.
+import nki as nki  # noqa: E402
+
+_LAZY = {"nki_op", "wrap_nki", "NKIHOPCaller"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import nki_hop
+
+        return getattr(nki_hop, name)
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+
+
 def is_neuron_runtime_initialized() -> bool:
     """True once the emulated Neuron runtime has started in this process."""
     return bool(_C._is_initialized())
@@ -74,9 +89,12 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "neuron",
+    "nki",
+    "nki_op",
     "reset_peak_memory_stats",
     "set_device",
     "set_stream",
     "stream",
     "synchronize",
+    "wrap_nki",
 ]

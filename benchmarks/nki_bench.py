@@ -1,0 +1,214 @@
+"""NKI on neuron-emu, one run:
+
+1. An NKI tiled matmul 2048^3 in bf16 (the nki-samples tutorial kernel) executed by the
+   NeuronCore model, against torch.matmul on the CPU (bf16, the stated peer, and fp32).
+2. Instructions per second on small tiles (the executor's per-instruction overhead).
+3. The cost model's Trainium2 estimate for that matmul next to the analytic bound
+   (2*M*N*K / 79 TFLOPS bf16 per NeuronCore).
+
+Usage: python benchmarks/nki_bench.py [--size 2048] [--iters 5] [--skip-torch-bf16]
+Writes benchmarks/results/nki_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import torch
+from _common import write_result
+
+
+@nki.jit
+def matmul_tiled(lhsT, rhs):
+    """result[M, N] = lhsT.T @ rhs with 128x128 stationary and 128x512 moving tiles."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    TM, TK, TN = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // TM):
+        for n in nl.affine_range(N // TN):
+            res_psum = nl.ndarray((TM, TN), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // TK):
+                lt = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
+                rt = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=lt, src=lhsT[k * TK : (k + 1) * TK, m * TM : (m + 1) * TM])
+                nisa.dma_copy(dst=rt, src=rhs[k * TK : (k + 1) * TK, n * TN : (n + 1) * TN])
+                nisa.nc_matmul(dst=res_psum, stationary=lt, moving=rt)
+            res_sb = nl.ndarray((TM, TN), dtype=result.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res_sb, src=res_psum)
+            nisa.dma_copy(dst=result[m * TM : (m + 1) * TM, n * TN : (n + 1) * TN], src=res_sb)
+    return result
+
+
+@nki.jit
+def matmul_blocked(lhsT, rhs):
+    """Same product, loading each lhsT column strip once per M block and each rhs row strip
+    in 2 KiB-per-partition chunks: fewer, larger DMAs (the tutorial's optimisation)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    TM, TK, TN = 128, 128, 512
+    NB = 2048 if N % 2048 == 0 else TN  # columns per rhs load
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // TM):
+        strip = nl.ndarray((TK, K // TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(
+            dst=strip, src=lhsT[:, m * TM : (m + 1) * TM].reshape((K // TK, TK, TM)).permute(1, 0, 2)
+        )
+        for nb in nl.affine_range(N // NB):
+            psums = [nl.ndarray((TM, TN), nl.float32, buffer=nl.psum) for _ in range(NB // TN)]
+            for k in nl.affine_range(K // TK):
+                rt = nl.ndarray((TK, NB), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=rt, src=rhs[k * TK : (k + 1) * TK, nb * NB : (nb + 1) * NB])
+                for j, ps in enumerate(psums):
+                    nisa.nc_matmul(dst=ps, stationary=strip[:, k, :], moving=rt[:, j * TN : (j + 1) * TN])
+            res = nl.ndarray((TM, NB), dtype=result.dtype, buffer=nl.sbuf)
+            for j, ps in enumerate(psums):
+                nisa.tensor_copy(dst=res[:, j * TN : (j + 1) * TN], src=ps)
+            nisa.dma_copy(dst=result[m * TM : (m + 1) * TM, nb * NB : (nb + 1) * NB], src=res)
+    return result
+
+
+def make_small_tile_kernel(ops: int):
+    @nki.jit
+    def many_small_instructions(x):
+        """`ops` Vector Engine instructions on one resident tile between a load and a store."""
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        for i in range(ops):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=1.0001, op1=nl.add, operand1=0.5)
+        nl.store(out, t)
+        return out
+
+    return many_small_instructions
+
+
+def timed(fn, iters: int) -> float:
+    fn()
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument(
+        "--skip-torch-bf16", action="store_true", help="skip the (very slow on AVX2 hosts) torch bf16 peer"
+    )
+    args = ap.parse_args()
+    S = args.size
+    torch.manual_seed(0)
+    lhsT = torch.randn(S, S, dtype=torch.bfloat16)
+    rhs = torch.randn(S, S, dtype=torch.bfloat16)
+
+    # -- 1. matmul on the host -------------------------------------------------------------
+    t0 = time.perf_counter()
+    traced = matmul_tiled.specialize(lhsT, rhs)
+    trace_s = time.perf_counter() - t0
+    out = matmul_tiled(lhsT, rhs)  # first run: every check on
+    nki_s = timed(lambda: matmul_tiled(lhsT, rhs), args.iters)
+    blocked_s = timed(lambda: matmul_blocked(lhsT, rhs), args.iters)
+    ref = lhsT.float().T @ rhs.float()
+    err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+    a_f, b_f = lhsT.float().T.contiguous(), rhs.float()
+    torch_fp32_s = timed(lambda: torch.matmul(a_f, b_f), args.iters)
+    a_b = lhsT.T.contiguous()
+    if args.skip_torch_bf16:
+        torch_bf16_s = None
+    else:
+        t0 = time.perf_counter()  # one call: it takes minutes on hosts without AVX512-BF16/AMX
+        torch.matmul(a_b, rhs)
+        torch_bf16_s = time.perf_counter() - t0
+
+    # -- 2. instructions per second on small tiles -------------------------------------------
+    small = {}
+    for shape in ((1, 64), (128, 1), (128, 64), (128, 512)):
+        kern = make_small_tile_kernel(2000)
+        x = torch.randn(*shape)
+        tk = kern.specialize(x)
+        kern(x)
+        s = timed(lambda kern=kern, x=x: kern(x), args.iters)
+        n = tk.num_instructions
+        small[f"{shape[0]}x{shape[1]}"] = {
+            "instructions": n,
+            "seconds_per_call": s,
+            "instructions_per_second": n / s,
+            "ns_per_instruction": s / n * 1e9,
+        }
+
+    # -- 3. cost model ----------------------------------------------------------------------
+    est = nki.estimate(matmul_tiled, lhsT, rhs)
+    est_b = nki.estimate(matmul_blocked, lhsT, rhs)
+    flops = 2 * S**3
+    bound_us = flops / 79e12 * 1e6
+
+    payload = {
+        "matmul": {
+            "shape": [S, S, S],
+            "dtype": "bfloat16",
+            "instructions": traced.num_instructions,
+            "trace_seconds": trace_s,
+            "nki_tiled_seconds": nki_s,
+            "nki_blocked_seconds": blocked_s,
+            "torch_matmul_bf16_seconds": torch_bf16_s,
+            "torch_matmul_fp32_seconds": torch_fp32_s,
+            "nki_vs_torch_bf16": (nki_s / torch_bf16_s) if torch_bf16_s else None,
+            "nki_vs_torch_fp32": nki_s / torch_fp32_s,
+            "max_rel_error_vs_fp32": err,
+        },
+        "small_tiles": small,
+        "cost_model": {
+            "analytic_bound_us_79tflops": bound_us,
+            "tiled": {
+                "estimated_us": est.total_us,
+                "vs_bound": est.total_us / bound_us,
+                "achieved_tflops": est.achieved_tflops,
+                "utilization": est.utilization,
+                "hbm_bytes": est.hbm_read_bytes + est.hbm_write_bytes,
+            },
+            "blocked": {
+                "estimated_us": est_b.total_us,
+                "vs_bound": est_b.total_us / bound_us,
+                "achieved_tflops": est_b.achieved_tflops,
+                "utilization": est_b.utilization,
+                "hbm_bytes": est_b.hbm_read_bytes + est_b.hbm_write_bytes,
+            },
+        },
+    }
+    path = write_result("nki_bench", payload)
+
+    print(f"NKI tiled matmul {S}^3 bf16 ({traced.num_instructions} instructions, traced in {trace_s:.2f} s)")
+    print(f"  NKI (NeuronCore model)   {nki_s * 1e3:9.1f} ms   (blocked kernel {blocked_s * 1e3:.1f} ms)")
+    if torch_bf16_s:
+        print(
+            f"  torch.matmul bf16 (CPU) {torch_bf16_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_bf16_s:.3f}x"
+        )
+    print(
+        f"  torch.matmul fp32 (CPU) {torch_fp32_s * 1e3:9.1f} ms   -> NKI/torch = {nki_s / torch_fp32_s:.2f}x"
+    )
+    print(f"  max relative error vs fp32 reference: {err:.2e} (bf16 output rounding)")
+    print("Small tiles (2000 x tensor_scalar):")
+    for k, v in small.items():
+        print(
+            f"  [{k:>7}] {v['instructions_per_second'] / 1e6:6.2f} M instructions/s ({v['ns_per_instruction']:.0f} ns each)"
+        )
+    print(f"Trainium2 estimate (one NeuronCore), bound {bound_us:.1f} us at 79 TFLOPS:")
+    for name, e in (("tiled", est), ("blocked", est_b)):
+        util = ", ".join(f"{k} {v:.0%}" for k, v in e.utilization.items() if v > 0.005)
+        print(
+            f"  {name:8} {e.total_us:8.1f} us = {e.total_us / bound_us:.2f}x bound, {e.achieved_tflops:.1f} TFLOPS ({util})"
+        )
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

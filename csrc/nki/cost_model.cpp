@@ -1,0 +1,481 @@
+#include "cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <map>
+
+namespace neuron::nki {
+
+CostParams CostParams::for_version(int nc_version) {
+  CostParams p;
+  if (nc_version <= 2) {  // NeuronCore-v2 (Trn1/Inf2)
+    p.tensor_ghz = 2.8;
+    p.vector_ghz = 1.12;
+    p.scalar_ghz = 1.4;
+    p.gpsimd_ghz = 1.4;
+    p.sync_ghz = 1.4;
+    p.dma_bytes_per_ns = 17.0;
+    p.peak_bf16_tflops = 92.0;
+    p.peak_fp8_tflops = 92.0;
+    p.peak_fp32_tflops = 23.0;
+    p.hbm_bytes_per_ns = 410.0;  // 820 GB/s per chip / 2 NeuronCores
+  }
+  return p;
+}
+
+namespace {
+
+bool is16(DT t) { return t == DT::BFloat16 || t == DT::Float16; }
+
+// Elements of the innermost run that is contiguous in memory (on chip a run never spans
+// partitions: every partition is its own descriptor).
+int64_t contiguous_run(const Ap& a, bool on_chip) {
+  int64_t run = 1, expect = 1;
+  for (int d = a.ndim - 1; d >= (on_chip ? 1 : 0); --d) {
+    if (a.num[d] == 1) continue;
+    if (a.step[d] != expect) break;
+    run *= a.num[d];
+    expect *= a.num[d];
+  }
+  return run;
+}
+
+bool inner_contiguous(const Ap& a) {
+  return a.ndim <= 1 || a.step[a.ndim - 1] == 1 || a.num[a.ndim - 1] == 1;
+}
+
+double cyc(double cycles, double ghz) { return cycles / ghz; }
+
+}  // namespace
+
+InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
+  const Instr& in = prog.instrs()[idx];
+  const auto& bufs = prog.buffers();
+  InstrCost c;
+  c.engine = in.engine;
+  auto mem = [&](int k) { return bufs[in.ap[k].buf].mem; };
+  auto has = [&](int k) { return k < in.nap && in.ap[k].present(); };
+  const double mii = p.min_ii;
+  const int64_t N =
+      in.nap > 1 && has(1) ? in.ap[1].free_size() : (has(0) ? in.ap[0].free_size() : 1);
+  auto ghz = [&](Engine e) {
+    switch (e) {
+      case Engine::Tensor:
+        return p.tensor_ghz;
+      case Engine::Vector:
+        return p.vector_ghz;
+      case Engine::Scalar:
+        return p.scalar_ghz;
+      case Engine::GpSimd:
+        return p.gpsimd_ghz;
+      default:
+        return p.sync_ghz;
+    }
+  };
+  const double eg = ghz(in.engine);
+  const bool v3 = prog.target().nc_version >= 3;
+  switch (in.op) {
+    case Op::DmaCopy: {
+      c.engine = Engine::Dma;
+      const Ap &d = in.ap[0], &s = in.ap[1];
+      const int64_t n = d.numel();
+      const int64_t sb = n * dt_size(s.dtype), db = n * dt_size(d.dtype);
+      if (mem(1) == Mem::Hbm) c.hbm_read = sb;
+      if (mem(0) == Mem::Hbm) c.hbm_written = db;
+      int64_t parts = 0;
+      if (mem(0) != Mem::Hbm) parts = d.num[0];
+      if (mem(1) != Mem::Hbm) parts = std::max(parts, s.step[0] == 0 ? d.num[0] : s.num[0]);
+      const int64_t bytes = std::max(sb, db);
+      int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) /
+                                           p.partitions_per_dma_engine)
+                        : static_cast<int>(std::max<int64_t>(1, bytes / 2048));
+      q = std::clamp(q, 1, p.dma_engines);
+      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d, mem(0) != Mem::Hbm),
+                                                        contiguous_run(s, mem(1) != Mem::Hbm)));
+      // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
+      const double chunks = in.i[2] ? static_cast<double>(std::max<int64_t>(parts, 1))
+                                    : static_cast<double>(n) / static_cast<double>(run);
+      double data =
+          static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
+      if (in.i[2]) data /= (mem(1) == Mem::Hbm ? 0.9 : 0.5);  // DMA transpose efficiency
+      c.ns = data;
+      c.queues = q;
+      c.latency_ns = p.dma_fixed_ns;
+      return c;
+    }
+    case Op::Matmul: {
+      const Ap &s = in.ap[1], &m = in.ap[2];
+      const bool dbl = in.i[2] == 1;
+      const double ns_free = static_cast<double>(s.free_size()) / (dbl ? 2 : 1);
+      const double nm_free = static_cast<double>(m.free_size()) / (dbl ? 2 : 1);
+      double cycles = std::max(std::min(64.0, ns_free), nm_free);
+      if (s.dtype == DT::Float32) cycles *= in.i[1] ? 2.0 : 4.0;
+      c.engine = Engine::Tensor;
+      c.ns = cyc(cycles, p.tensor_ghz);
+      const double K = static_cast<double>(s.num[0]) * (dbl ? 2 : 1);
+      if (!in.i[1]) c.flops = 2.0 * ns_free * nm_free * K;
+      return c;
+    }
+    case Op::Transpose: {
+      const Ap& d = in.ap[1];
+      if (in.engine == Engine::Tensor) {
+        c.ns = cyc(std::max<double>(static_cast<double>(d.num[0]),
+                                    std::min<double>(64.0, static_cast<double>(d.free_size()))),
+                   p.tensor_ghz);
+      } else {
+        c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
+      }
+      return c;
+    }
+    case Op::TensorTensor: {
+      const bool one_psum = (mem(1) == Mem::Psum) != (mem(2) == Mem::Psum);
+      const bool fast16 = is16(in.ap[0].dtype) && is16(in.ap[1].dtype) && is16(in.ap[2].dtype) &&
+                          mem(1) == Mem::Sbuf && mem(2) == Mem::Sbuf &&
+                          (v3 || (inner_contiguous(in.ap[1]) && inner_contiguous(in.ap[2])));
+      c.ns = cyc(std::max(mii, static_cast<double>(one_psum || fast16 ? N : 2 * N)), eg);
+      return c;
+    }
+    case Op::TensorScalar:
+    case Op::TensorCopy: {
+      double mode = 1;
+      if (v3 && in.engine == Engine::Vector && is16(in.ap[0].dtype) && is16(in.ap[1].dtype)) {
+        const bool sbuf = mem(0) == Mem::Sbuf && mem(1) == Mem::Sbuf;
+        const bool contig = inner_contiguous(in.ap[0]) && inner_contiguous(in.ap[1]);
+        mode = sbuf && contig ? 4 : 2;
+      }
+      c.ns = cyc(std::max(mii, static_cast<double>(N) / mode), eg);
+      return c;
+    }
+    case Op::Memset: {
+      const bool fast = in.f[0] == 0.0 && is16(in.ap[0].dtype);
+      c.ns = cyc(std::max(mii, static_cast<double>(N) / (fast ? 2 : 1)), eg);
+      return c;
+    }
+    case Op::Iota:
+    case Op::AffineSelect:
+      c.ns = cyc(150.0 + static_cast<double>(in.ap[0].free_size()), p.gpsimd_ghz);
+      return c;
+    case Op::TensorReduce: {
+      const auto op = static_cast<Alu>(in.i[0]);
+      const bool fast = in.ap[0].dtype == DT::BFloat16 && in.ap[1].dtype == DT::BFloat16 &&
+                        (op == Alu::Add || op == Alu::Max);
+      c.ns = cyc(std::max(mii, static_cast<double>(N) / (fast ? 2 : 1)), eg);
+      return c;
+    }
+    case Op::PartitionReduce:
+      c.ns = cyc(150.0 + static_cast<double>(N) * static_cast<double>(in.ap[1].num[0]) / 8.0,
+                 p.gpsimd_ghz);
+      return c;
+    case Op::Activation:
+      c.ns =
+          cyc(std::max(mii, static_cast<double>(N)) + ((in.i[1] >= 0 || has(4)) ? mii : 0.0), eg);
+      return c;
+    case Op::Reciprocal:
+      c.ns = cyc(std::max(mii, static_cast<double>(in.engine == Engine::Vector ? 8 * N : N)), eg);
+      return c;
+    case Op::TensorTensorScan:
+      c.ns = cyc(std::max(mii, static_cast<double>(2 * N)), eg);
+      return c;
+    case Op::TensorScalarReduce:
+    case Op::SelectReduce:
+    case Op::RangeSelect:
+      c.ns = cyc(std::max(mii, static_cast<double>(N)) + mii, eg);
+      return c;
+    case Op::ScalarTensorTensor: {
+      const bool fast = in.ap[1].dtype == DT::BFloat16 && in.ap[3].dtype == DT::BFloat16 &&
+                        in.i[0] == static_cast<int64_t>(Alu::Subtract) &&
+                        in.i[1] == static_cast<int64_t>(Alu::Multiply) && N % 2 == 0;
+      c.ns = cyc(std::max(mii, static_cast<double>(fast ? N : 2 * N)), eg);
+      return c;
+    }
+    case Op::CopyPredicated:
+    case Op::TensorScalarCumulative:
+    case Op::BnStats:
+    case Op::Max8:
+      c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
+      return c;
+    case Op::BnAggr:
+      c.ns = cyc(std::max(mii, 13.0 * static_cast<double>(N) / 3.0), eg);
+      return c;
+    default:  // registers and loop control on the Sync engine
+      c.engine = Engine::Sync;
+      c.ns = cyc(mii, p.sync_ghz);
+      return c;
+  }
+}
+
+double Estimate::utilization(Engine e) const {
+  if (total_ns <= 0) return 0.0;
+  const double lanes = e == Engine::Dma ? dma_queues : 1;
+  return busy_ns[static_cast<int>(e)] / (total_ns * lanes);
+}
+
+namespace {
+
+// A rectangle of a tensor: rows (partitions on chip, leading dims in HBM) x byte columns.
+struct Box {
+  int64_t r0, r1, c0, c1;  // inclusive
+  bool overlaps(const Box& o) const { return r0 <= o.r1 && o.r0 <= r1 && c0 <= o.c1 && o.c0 <= c1; }
+};
+
+Box box_of(const Ap& a, int64_t dyn, const Buffer& b) {
+  const int64_t es = dt_size(a.dtype);
+  int64_t W = b.mem == Mem::Hbm
+                  ? (b.shape.empty() ? b.total_bytes : b.shape.back() * dt_size(b.dtype))
+                  : b.bytes_per_partition;
+  W = std::max<int64_t>(W, 1);
+  const int64_t off = (a.offset + dyn) * es;
+  int64_t rlo = 0, rhi = 0, clo = 0, chi = 0, flo = off, fhi = off;
+  bool clean = true;
+  for (int d = 0; d < a.ndim; ++d) {
+    const int64_t sb = a.step[d] * es, ext = sb * (a.num[d] - 1);
+    (ext < 0 ? flo : fhi) += ext;
+    if (a.num[d] == 1) continue;
+    if (sb % W == 0) {
+      (ext < 0 ? rlo : rhi) += ext / W;
+    } else {
+      (ext < 0 ? clo : chi) += ext;
+    }
+  }
+  const int64_t r0 = off / W, c0 = off % W;
+  Box bx{r0 + rlo, r0 + rhi, c0 + clo, c0 + chi + es - 1};
+  if (bx.c0 < 0 || bx.c1 >= W) clean = false;
+  if (!clean) bx = Box{flo / W, (fhi + es - 1) / W, 0, W - 1};
+  return bx;
+}
+
+// Busy intervals of one DMA engine, kept merged.
+class Timeline {
+ public:
+  // Earliest start >= t of a gap of length d.
+  double earliest(double t, double d) const {
+    auto it = busy_.upper_bound(t);
+    if (it != busy_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second > t) t = prev->second;
+    }
+    for (; it != busy_.end(); ++it) {
+      if (t + d <= it->first) return t;
+      t = std::max(t, it->second);
+    }
+    return t;
+  }
+  void insert(double s, double e) {
+    auto it = busy_.lower_bound(s);
+    if (it != busy_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second >= s) {
+        s = prev->first;
+        e = std::max(e, prev->second);
+        it = busy_.erase(prev);
+      }
+    }
+    while (it != busy_.end() && it->first <= e) {
+      e = std::max(e, it->second);
+      it = busy_.erase(it);
+    }
+    busy_.emplace(s, e);
+  }
+
+ private:
+  std::map<double, double> busy_;
+};
+
+struct Access {
+  Box box;
+  double end;
+  bool write;
+};
+
+bool writes_operand(const Instr& in, int k) {
+  if (k == 0) return in.op != Op::RegLoad;
+  return (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||
+         (in.op == Op::TensorScalarReduce && k == 3) || (in.op == Op::RangeSelect && k == 4);
+}
+
+int lane_of(Engine e) {
+  switch (e) {
+    case Engine::Tensor:
+      return 0;
+    case Engine::Vector:
+      return 1;
+    case Engine::Scalar:
+      return 2;
+    case Engine::GpSimd:
+      return 3;
+    default:
+      return 4;
+  }
+}
+
+}  // namespace
+
+Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p,
+                  size_t max_events) {
+  Estimate est;
+  est.dma_queues = p.dma_engines;
+  const auto& instrs = prog.instrs();
+  const auto& bufs = prog.buffers();
+  std::vector<InstrCost> costs(instrs.size());
+  std::vector<bool> have(instrs.size(), false);
+  std::vector<std::deque<Access>> acc(bufs.size());
+  constexpr size_t kKeep = 64;
+  double lane_free[5] = {0, 0, 0, 0, 0};
+  // DMA engines serve many queues round robin, so a transfer that becomes ready early is not
+  // held up by one issued before it in program order: each engine keeps its busy intervals
+  // and a transfer takes the earliest gap at or after its ready time.
+  std::vector<Timeline> q_busy(static_cast<size_t>(p.dma_engines));
+  const size_t count = trace ? trace->size() : instrs.size();
+  std::vector<int> qidx(static_cast<size_t>(p.dma_engines));
+
+  for (size_t r = 0; r < count; ++r) {
+    const int32_t idx = trace ? (*trace)[r].instr : static_cast<int32_t>(r);
+    const Instr& in = instrs[idx];
+    if (!trace && (in.op == Op::LoopBegin || in.op == Op::LoopEnd || in.op == Op::WhileBegin ||
+                   in.op == Op::WhileEnd))
+      continue;
+    if (!have[idx]) {
+      costs[idx] = instr_cost(prog, idx, p);
+      have[idx] = true;
+    }
+    const InstrCost& c = costs[idx];
+    double ready = 0;
+    Box boxes[kMaxOperands];
+    for (int k = 0; k < in.nap; ++k) {
+      if (!in.ap[k].present()) continue;
+      const int64_t dyn = trace ? (*trace)[r].dyn[k] : 0;
+      boxes[k] = box_of(in.ap[k], dyn, bufs[in.ap[k].buf]);
+      const bool w = writes_operand(in, k);
+      for (const Access& a : acc[in.ap[k].buf])
+        if ((w || a.write) && a.end > ready && a.box.overlaps(boxes[k])) ready = a.end;
+    }
+    double start, end;
+    if (c.engine == Engine::Dma) {
+      const double at = ready + c.latency_ns;
+      std::vector<double> fits(static_cast<size_t>(p.dma_engines));
+      for (int q = 0; q < p.dma_engines; ++q) {
+        qidx[q] = q;
+        fits[static_cast<size_t>(q)] = q_busy[static_cast<size_t>(q)].earliest(at, c.ns);
+      }
+      std::partial_sort(qidx.begin(), qidx.begin() + c.queues, qidx.end(), [&](int a, int b) {
+        return fits[static_cast<size_t>(a)] < fits[static_cast<size_t>(b)];
+      });
+      start = 1e300;
+      end = 0;
+      for (int j = 0; j < c.queues; ++j) {
+        const double s = fits[static_cast<size_t>(qidx[j])];
+        const double f = s + c.ns;
+        q_busy[static_cast<size_t>(qidx[j])].insert(s, f);
+        start = std::min(start, s);
+        end = std::max(end, f);
+        if (est.events.size() < max_events) {
+          est.events.push_back({idx, 5 + qidx[j], s, c.ns});
+        } else if (max_events) {
+          est.events_truncated = true;
+        }
+      }
+      est.busy_ns[static_cast<int>(Engine::Dma)] += c.ns * c.queues;
+    } else {
+      const int lane = lane_of(c.engine);
+      start = std::max(ready, lane_free[lane]);
+      end = start + c.ns;
+      lane_free[lane] = end;
+      est.busy_ns[static_cast<int>(c.engine)] += c.ns;
+      if (est.events.size() < max_events) {
+        est.events.push_back({idx, lane, start, c.ns});
+      } else if (max_events) {
+        est.events_truncated = true;
+      }
+    }
+    (void)start;
+    for (int k = 0; k < in.nap; ++k) {
+      if (!in.ap[k].present()) continue;
+      auto& list = acc[in.ap[k].buf];
+      list.push_back({boxes[k], end, writes_operand(in, k)});
+      if (list.size() > kKeep) list.pop_front();
+    }
+    est.total_ns = std::max(est.total_ns, end);
+    est.hbm_read_bytes += c.hbm_read;
+    est.hbm_write_bytes += c.hbm_written;
+    est.flops += c.flops;
+    ++est.instructions;
+  }
+  return est;
+}
+
+namespace {
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '"':
+        o += "\\\"";
+        break;
+      case '\\':
+        o += "\\\\";
+        break;
+      case '\n':
+        o += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          o += buf;
+        } else {
+          o += ch;
+        }
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string timeline_json(const Program& prog, const Estimate& est, int pid,
+                          const std::string& core_name, double offset_ns) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
+                pid, json_escape(core_name).c_str());
+  out += buf;
+  static const char* lanes[5] = {"Tensor Engine", "Vector Engine", "Scalar Engine", "GpSimd Engine",
+                                 "Sync Engine"};
+  for (int l = 0; l < 5 + est.dma_queues; ++l) {
+    std::string lname = l < 5 ? lanes[l] : "DMA queue " + std::to_string(l - 5);
+    std::snprintf(
+        buf, sizeof buf,
+        ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+        pid, l, lname.c_str());
+    out += buf;
+    std::snprintf(buf, sizeof buf,
+                  ",{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+                  "\"sort_index\":%d}}",
+                  pid, l, l);
+    out += buf;
+  }
+  for (const TimelineEvent& e : est.events) {
+    const Instr& in = prog.instrs()[e.instr];
+    std::string name(op_name(in.op));
+    if (name.rfind("nki.isa.", 0) == 0) name = name.substr(8);
+    std::snprintf(buf, sizeof buf,
+                  ",{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,"
+                  "\"dur\":%.4f,"
+                  "\"args\":{\"instruction\":%d,\"source\":\"",
+                  json_escape(name).c_str(), e.lane < 5 ? lanes[e.lane] : "DMA", pid, e.lane,
+                  (offset_ns + e.start_ns) / 1000.0, e.dur_ns / 1000.0, e.instr);
+    out += buf;
+    out += json_escape(prog.location(in));
+    out += "\"";
+    if (in.api >= 0) out += ",\"api\":\"" + json_escape(prog.str(in.api)) + "\"";
+    out += "}}";
+  }
+  return out;
+}
+
+}  // namespace neuron::nki

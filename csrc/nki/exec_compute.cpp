@@ -1,0 +1,949 @@
+// Vector, Scalar and GpSimd Engine instructions. Every one works partition by partition on
+// rows of fp32 values (or int64 for bitvec operators and all-32-bit-integer operands), with a
+// parallel definedness row in checking mode.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "exec_internal.h"
+
+namespace neuron::nki::detail {
+namespace {
+
+struct Views {
+  View v[kMaxOperands];
+  bool has[kMaxOperands] = {};
+};
+
+Views views(Ctx& c) {
+  Views r;
+  for (int k = 0; k < c.in().nap; ++k) {
+    if (!c.has(k)) continue;
+    make_view(c, k, r.v[k]);
+    collapse_free(r.v[k]);
+    r.has[k] = true;
+  }
+  return r;
+}
+
+// Raw bytes of one row (bit-exact copies).
+void gather_bytes(const View& v, int64_t p, uint8_t* out) {
+  const int es = v.es;
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    if (s == es) {
+      std::memcpy(out + pos * es, ptr, static_cast<size_t>(n * es));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(out + (pos + i) * es, ptr + i * s, static_cast<size_t>(es));
+    }
+  });
+}
+void scatter_bytes(const View& v, int64_t p, const uint8_t* in) {
+  const int es = v.es;
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    if (s == es) {
+      std::memcpy(ptr, in + pos * es, static_cast<size_t>(n * es));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(ptr + i * s, in + (pos + i) * es, static_cast<size_t>(es));
+    }
+  });
+}
+
+// Element 0 of partition p of a [P, 1] vector operand.
+float vec_at(const View& v, int64_t p) {
+  float x;
+  load_f32(v.dtype, v.base + p * v.stride[0], v.es, 1, &x);
+  return x;
+}
+int64_t vec_at_i(const View& v, int64_t p) {
+  int64_t x;
+  load_i64(v.dtype, v.base + p * v.stride[0], v.es, 1, &x);
+  return x;
+}
+uint8_t vec_def(const View& v, int64_t p) {
+  if (!v.def) return 1;
+  uint8_t ok = 1;
+  for (int b = 0; b < v.es; ++b) ok &= v.def[p * v.stride[0] + b];
+  return ok;
+}
+void vec_store(const View& v, int64_t p, float x, uint8_t def) {
+  store_f32(v.dtype, v.base + p * v.stride[0], v.es, 1, &x);
+  if (v.def) std::memset(v.def + p * v.stride[0], def, static_cast<size_t>(v.es));
+}
+
+bool int_path(const Views& w, std::initializer_list<int> ks, std::initializer_list<int64_t> ops) {
+  for (int64_t op : ops)
+    if (op >= 0 && alu_is_bitvec(static_cast<Alu>(op))) return true;
+  for (int k : ks)
+    if (w.has[k] && !dt_is_int32(w.v[k].dtype)) return false;
+  return true;
+}
+
+int64_t imm_i(double v) { return static_cast<int64_t>(std::llround(v)); }
+
+// Definedness: out[i] &= in[i].
+inline void and_into(uint8_t* out, const uint8_t* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] &= in[i];
+}
+
+float reduce_f(Alu op, const float* x, int64_t n) {
+  float acc = alu_identity(op);
+  switch (op) {
+    case Alu::Add:
+      for (int64_t i = 0; i < n; ++i) acc += x[i];
+      return acc;
+    case Alu::Max:
+      for (int64_t i = 0; i < n; ++i) acc = std::isnan(x[i]) || x[i] > acc ? x[i] : acc;
+      return acc;
+    case Alu::Subtract:  // a running subtraction from the first element
+      if (n == 0) return 0.0f;
+      acc = x[0];
+      for (int64_t i = 1; i < n; ++i) acc -= x[i];
+      return acc;
+    default:
+      for (int64_t i = 0; i < n; ++i) acc = alu_ss(op, acc, x[i]);
+      return acc;
+  }
+}
+int64_t reduce_i(Alu op, const int64_t* x, int64_t n) {
+  if (n == 0) return 0;
+  int64_t acc = x[0];
+  for (int64_t i = 1; i < n; ++i) acc = alu_ss_i(op, acc, x[i]);
+  return acc;
+}
+
+void tensor_copy(Ctx& c, Views& w) {
+  View &d = w.v[0], &s = w.v[1];
+  const int64_t F = s.free();
+  const bool raw = d.dtype == s.dtype;
+  const bool direct = raw && contiguous_rows(s) && contiguous_rows(d);
+  for_blocks(s.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::memmove(d.base + (p0 + r) * d.stride[0], s.base + (p0 + r) * s.stride[0],
+                     static_cast<size_t>(F * s.es));
+    } else if (raw) {
+      uint8_t* b = sc.db(0, F * s.es);
+      for (int64_t r = 0; r < rows; ++r) {
+        gather_bytes(s, p0 + r, b);
+        scatter_bytes(d, p0 + r, b);
+      }
+    } else {
+      float* x = sc.fb(0, rows * F);
+      gather_f32(s, p0, rows, x);
+      scatter_f32(d, p0, rows, x);
+    }
+    if (c.check) {
+      uint8_t* df = sc.db(1, rows * F);
+      gather_def(s, p0, rows, df);
+      if (!all_defined(df, rows * F)) c.note_undefined(1);
+      scatter_def(d, p0, rows, df);
+    }
+  });
+}
+
+void memset_op(Ctx& c, Views& w) {
+  View& d = w.v[0];
+  const int64_t F = d.free();
+  const double val = c.in().f[0];
+  const bool ints = dt_is_int32(d.dtype);
+  for_blocks(d.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    if (ints) {
+      int64_t* x = sc.ib(0, n);
+      std::fill(x, x + n, imm_i(val));
+      scatter_i64(d, p0, rows, x);
+    } else {
+      float* x = sc.fb(0, n);
+      std::fill(x, x + n, static_cast<float>(val));
+      scatter_f32(d, p0, rows, x);
+    }
+    if (c.check) {
+      uint8_t* df = sc.db(0, n);
+      std::fill(df, df + n, uint8_t{1});
+      scatter_def(d, p0, rows, df);
+    }
+  });
+}
+
+// Values of an iota/affine_select pattern for partition p (int32 arithmetic).
+void pattern_values(const Instr& in, int64_t p, int64_t* out) {
+  const int nd = static_cast<int>(in.i[0]);
+  int64_t step[4] = {0, 0, 0, 0}, num[4] = {1, 1, 1, 1};
+  for (int d = 0; d < nd; ++d) {
+    step[4 - nd + d] = in.i[1 + 2 * d];
+    num[4 - nd + d] = in.i[2 + 2 * d];
+  }
+  const int64_t base = in.i[9] + p * in.i[10];
+  int64_t k = 0;
+  for (int64_t w = 0; w < num[0]; ++w)
+    for (int64_t z = 0; z < num[1]; ++z)
+      for (int64_t y = 0; y < num[2]; ++y)
+        for (int64_t x = 0; x < num[3]; ++x)
+          out[k++] =
+              static_cast<int32_t>(base + w * step[0] + z * step[1] + y * step[2] + x * step[3]);
+}
+
+void iota(Ctx& c, Views& w) {
+  View& d = w.v[0];
+  const int64_t F = d.free();
+  const bool ints = dt_is_int(d.dtype);
+  for_partitions(d.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    int64_t* v = sc.ib(0, F);
+    pattern_values(c.in(), p, v);
+    if (ints) {
+      store_row_i(d, p, v);
+    } else {
+      float* x = sc.fb(0, F);
+      for (int64_t i = 0; i < F; ++i) x[i] = static_cast<float>(v[i]);
+      store_row(d, p, x);
+    }
+    if (c.check) {
+      uint8_t* df = sc.db(0, F);
+      std::fill(df, df + F, uint8_t{1});
+      store_def_row(d, p, df);
+    }
+  });
+}
+
+void affine_select(Ctx& c, Views& w) {
+  View &d = w.v[0], &t = w.v[1];
+  const int64_t F = d.free();
+  const auto cmp = static_cast<Alu>(c.in().i[11]);
+  const float off = static_cast<float>(c.in().f[0]);
+  for_partitions(d.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    int64_t* v = sc.ib(0, F);
+    pattern_values(c.in(), p, v);
+    float* x = sc.fb(0, F);
+    load_row(t, p, x);
+    uint8_t* df = c.check ? sc.db(0, F) : nullptr;
+    if (df) load_def_row(t, p, df);
+    bool undefined = false;
+    for (int64_t i = 0; i < F; ++i) {
+      if (alu_ss_i(cmp, v[i], 0) == 0) {
+        x[i] = off;
+        if (df) df[i] = 1;
+      } else if (df && !df[i]) {
+        undefined = true;
+      }
+    }
+    store_row(d, p, x);
+    if (df) {
+      if (undefined) c.note_undefined(1);
+      store_def_row(d, p, df);
+    }
+  });
+}
+
+void tensor_tensor(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1], &b = w.v[2];
+  const int64_t F = a.free();
+  const auto op = static_cast<Alu>(c.in().i[0]);
+  const bool ints = int_path(w, {0, 1, 2}, {c.in().i[0]});
+  const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(b) && f32_rows(d);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r)
+        alu_vv(op, f32_row(a, p0 + r), f32_row(b, p0 + r), f32_row(d, p0 + r), F);
+    } else if (ints) {
+      int64_t *x = sc.ib(0, n), *y = sc.ib(1, n);
+      gather_i64(a, p0, rows, x);
+      gather_i64(b, p0, rows, y);
+      alu_vv_i(op, x, y, x, n);
+      scatter_i64(d, p0, rows, x);
+    } else {
+      float *x = sc.fb(0, n), *y = sc.fb(1, n);
+      gather_f32(a, p0, rows, x);
+      gather_f32(b, p0, rows, y);
+      alu_vv(op, x, y, x, n);
+      scatter_f32(d, p0, rows, x);
+    }
+    if (c.check) {
+      uint8_t *da = sc.db(0, n), *db = sc.db(1, n);
+      gather_def(a, p0, rows, da);
+      gather_def(b, p0, rows, db);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      if (!all_defined(db, n)) c.note_undefined(2);
+      and_into(da, db, n);
+      scatter_def(d, p0, rows, da);
+    }
+  });
+}
+
+// Definedness of a [P, 1] operand for rows p0..p0+rows (all 1 when absent).
+void vec_defs(const Views& w, int k, int64_t p0, int64_t rows, uint8_t* ok) {
+  if (!w.has[k]) return;
+  for (int64_t r = 0; r < rows; ++r) ok[r] &= vec_def(w.v[k], p0 + r);
+}
+
+// Marks whole rows undefined where the per-partition operand was undefined.
+void apply_row_defs(uint8_t* def, const uint8_t* row_ok, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (!row_ok[r]) std::fill(def + r * F, def + (r + 1) * F, uint8_t{0});
+}
+
+void tensor_scalar(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]);
+  const bool two = in.i[1] >= 0;
+  const auto op1 = two ? static_cast<Alu>(in.i[1]) : Alu::Bypass;
+  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
+  const bool ints = int_path(w, {0, 1, 2, 3}, {in.i[0], in.i[1]});
+  const bool vec0 = w.has[2], vec1 = two && w.has[3];
+  const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(d);
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    if (direct) {
+      for (int64_t r = 0; r < rows; ++r) {
+        float* o = f32_row(d, p0 + r);
+        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]),
+               rev0, o, F);
+        if (two)
+          alu_vs(op1, o, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, o, F);
+      }
+    } else if (ints) {
+      int64_t* x = sc.ib(0, n);
+      gather_i64(a, p0, rows, x);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t* xr = x + r * F;
+        alu_vs_i(op0, xr, vec0 ? vec_at_i(w.v[2], p0 + r) : imm_i(in.f[0]), rev0, xr, F);
+        if (two) alu_vs_i(op1, xr, vec1 ? vec_at_i(w.v[3], p0 + r) : imm_i(in.f[1]), rev1, xr, F);
+      }
+      scatter_i64(d, p0, rows, x);
+    } else {
+      float* x = sc.fb(0, n);
+      gather_f32(a, p0, rows, x);
+      if (!vec0 && !vec1) {  // immediates: one pass over the whole block
+        alu_vs(op0, x, static_cast<float>(in.f[0]), rev0, x, n);
+        if (two) alu_vs(op1, x, static_cast<float>(in.f[1]), rev1, x, n);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          float* xr = x + r * F;
+          alu_vs(op0, xr, vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, xr, F);
+          if (two)
+            alu_vs(op1, xr, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, xr,
+                   F);
+        }
+      }
+      scatter_f32(d, p0, rows, x);
+    }
+    if (c.check) {
+      uint8_t* da = sc.db(0, n);
+      uint8_t* ok = sc.db(1, rows);
+      gather_def(a, p0, rows, da);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      if (two) vec_defs(w, 3, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
+    }
+  });
+}
+
+void scalar_tensor_tensor(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1], &b = w.v[3];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
+  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float *x = sc.fb(0, n), *y = sc.fb(1, n);
+    gather_f32(a, p0, rows, x);
+    gather_f32(b, p0, rows, y);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s0 = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]);
+      alu_vs(op0, x + r * F, s0, rev0, x + r * F, F);
+    }
+    if (rev1) {
+      alu_vv(op1, y, x, x, n);
+    } else {
+      alu_vv(op1, x, y, x, n);
+    }
+    scatter_f32(d, p0, rows, x);
+    if (c.check) {
+      uint8_t *da = sc.db(0, n), *db = sc.db(1, n), *ok = sc.db(2, rows);
+      gather_def(a, p0, rows, da);
+      gather_def(b, p0, rows, db);
+      and_into(da, db, n);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
+    }
+  });
+}
+
+void tensor_reduce(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const Ap& ap = in.ap[1];
+  int64_t inner = 1;
+  for (int k = 1; k < ap.ndim; ++k)
+    if (in.i[1] & (int64_t{1} << k)) inner *= ap.num[k];
+  const int64_t F = a.free(), groups = F / inner;
+  const auto op = static_cast<Alu>(in.i[0]);
+  const bool negate = in.i[2] != 0;
+  const bool ints = int_path(w, {0, 1}, {in.i[0]});
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    if (ints) {
+      int64_t* x = sc.ib(0, F);
+      load_row_i(a, p, x);
+      int64_t* o = sc.ib(1, groups);
+      for (int64_t g = 0; g < groups; ++g)
+        o[g] = (negate ? -1 : 1) * reduce_i(op, x + g * inner, inner);
+      store_row_i(d, p, o);
+    } else {
+      float* x = sc.fb(0, F);
+      load_row(a, p, x);
+      float* o = sc.fb(1, groups);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float r = reduce_f(op, x + g * inner, inner);
+        o[g] = negate ? -r : r;
+      }
+      store_row(d, p, o);
+    }
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      uint8_t* o = sc.db(1, groups);
+      load_def_row(a, p, da);
+      for (int64_t g = 0; g < groups; ++g) o[g] = all_defined(da + g * inner, inner);
+      if (!all_defined(da, F)) c.note_undefined(1);
+      store_def_row(d, p, o);
+    }
+  });
+}
+
+void partition_reduce(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t P = a.parts(), F = a.free();
+  const auto op = static_cast<Alu>(c.in().i[0]);
+  Scratch& sc = scratch();
+  const bool ints = int_path(w, {0, 1}, {c.in().i[0]});
+  uint8_t* dacc = sc.db(0, F);
+  uint8_t* drow = sc.db(1, F);
+  std::fill(dacc, dacc + F, uint8_t{1});
+  if (ints) {
+    int64_t *acc = sc.ib(0, F), *x = sc.ib(1, F);
+    load_row_i(a, 0, acc);
+    for (int64_t p = 1; p < P; ++p) {
+      load_row_i(a, p, x);
+      alu_vv_i(op, acc, x, acc, F);
+    }
+    store_row_i(d, 0, acc);
+  } else {
+    float *acc = sc.fb(0, F), *x = sc.fb(1, F);
+    load_row(a, 0, acc);
+    for (int64_t p = 1; p < P; ++p) {
+      load_row(a, p, x);
+      alu_vv(op, acc, x, acc, F);
+    }
+    store_row(d, 0, acc);
+  }
+  if (c.check) {
+    for (int64_t p = 0; p < P; ++p) {
+      load_def_row(a, p, drow);
+      and_into(dacc, drow, F);
+    }
+    if (!all_defined(dacc, F)) c.note_undefined(1);
+    store_def_row(d, 0, dacc);
+  }
+}
+
+// Applies a reduce command to engine registers acc/acc_def of partition p.
+void apply_reduce_cmd(ReduceCmd cmd, float& acc, uint8_t& acc_def, float value, uint8_t value_def,
+                      float loaded, uint8_t loaded_def, Alu op) {
+  switch (cmd) {
+    case ReduceCmd::Idle:
+      break;
+    case ReduceCmd::Reset:
+      acc = 0.0f;
+      acc_def = 1;
+      break;
+    case ReduceCmd::Reduce:
+      acc = alu_ss(op, acc, value);
+      acc_def &= value_def;
+      break;
+    case ReduceCmd::ResetReduce:
+      acc = value;
+      acc_def = value_def;
+      break;
+    case ReduceCmd::LoadReduce:
+      acc = alu_ss(op, loaded, value);
+      acc_def = loaded_def & value_def;
+      break;
+  }
+}
+
+void activation(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  const auto fn = static_cast<Act>(in.i[0]);
+  const bool reduce = in.i[1] >= 0 || w.has[4];
+  const auto cmd = static_cast<ReduceCmd>(in.i[2]);
+  CoreState& core = c.core;
+  const bool per_row = w.has[2] || w.has[3];
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float* x = sc.fb(0, n);
+    gather_f32(a, p0, rows, x);
+    if (per_row) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float scale = w.has[3] ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[0]);
+        const float bias = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[1]);
+        float* xr = x + r * F;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < F; ++i) xr[i] = xr[i] * scale + bias;
+      }
+    } else if (in.f[0] != 1.0 || in.f[1] != 0.0) {
+      const float scale = static_cast<float>(in.f[0]), bias = static_cast<float>(in.f[1]);
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale + bias;
+    }
+    act_apply(fn, x, x, n);
+    scatter_f32(d, p0, rows, x);
+    uint8_t* da = nullptr;
+    if (c.check) {
+      da = sc.db(0, n);
+      uint8_t* ok = sc.db(1, rows);
+      gather_def(a, p0, rows, da);
+      std::fill(ok, ok + rows, uint8_t{1});
+      vec_defs(w, 2, p0, rows, ok);
+      vec_defs(w, 3, p0, rows, ok);
+      apply_row_defs(da, ok, rows, F);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
+    }
+    if (!reduce) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t p = p0 + r;
+      if (p >= 128) break;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < F; ++i) sum += x[r * F + i];
+      const uint8_t row_ok = da ? static_cast<uint8_t>(all_defined(da + r * F, F)) : uint8_t{1};
+      const float loaded = w.has[4] ? vec_at(w.v[4], p) : 0.0f;
+      const uint8_t loaded_def = w.has[4] ? vec_def(w.v[4], p) : 1;
+      apply_reduce_cmd(cmd, core.act_acc[p], core.act_acc_def[p], sum, row_ok, loaded, loaded_def,
+                       Alu::Add);
+      if (w.has[4]) vec_store(w.v[4], p, core.act_acc[p], core.act_acc_def[p]);
+    }
+  });
+}
+
+void reciprocal(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
+    const int64_t n = rows * F;
+    float* x = sc.fb(0, n);
+    gather_f32(a, p0, rows, x);
+    act_apply(Act::Reciprocal, x, x, n);
+    scatter_f32(d, p0, rows, x);
+    if (c.check) {
+      uint8_t* da = sc.db(0, n);
+      gather_def(a, p0, rows, da);
+      if (!all_defined(da, n)) c.note_undefined(1);
+      scatter_def(d, p0, rows, da);
+    }
+  });
+}
+
+void scan(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1], &b = w.v[2];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
+  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float *x = sc.fb(0, F), *y = sc.fb(1, F);
+    load_row(a, p, x);
+    load_row(b, p, y);
+    float prev = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[0]);
+    for (int64_t i = 0; i < F; ++i) {
+      const float t = rev0 ? alu_ss(op0, prev, x[i]) : alu_ss(op0, x[i], prev);
+      prev = rev1 ? alu_ss(op1, y[i], t) : alu_ss(op1, t, y[i]);
+      x[i] = prev;
+    }
+    store_row(d, p, x);
+    if (c.check) {
+      uint8_t *da = sc.db(0, F), *db = sc.db(1, F);
+      load_def_row(a, p, da);
+      load_def_row(b, p, db);
+      uint8_t ok = w.has[3] ? vec_def(w.v[3], p) : 1;
+      for (int64_t i = 0; i < F; ++i) {
+        ok &= da[i] & db[i];
+        da[i] = ok;
+      }
+      if (!ok) c.note_undefined(1);
+      store_def_row(d, p, da);
+    }
+  });
+}
+
+void tensor_scalar_reduce(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]), rop = static_cast<Alu>(in.i[1]);
+  const bool rev0 = in.i[2] != 0, neg = in.i[3] != 0;
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    const float s0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
+    alu_vs(op0, x, s0, rev0, x, F);
+    store_row(d, p, x);
+    float r = reduce_f(rop, x, F);
+    if (neg) r = -r;
+    uint8_t ok = 1;
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      load_def_row(a, p, da);
+      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
+      ok = all_defined(da, F);
+      if (!ok) c.note_undefined(1);
+      store_def_row(d, p, da);
+    }
+    vec_store(w.v[3], p, r, ok);
+  });
+}
+
+void select_reduce(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &pr = w.v[1], &t = w.v[2];
+  const int64_t F = t.free();
+  const bool rev = in.i[2] != 0;
+  const auto cmd = static_cast<ReduceCmd>(in.i[1]);
+  const bool reduce = w.has[4];
+  CoreState& core = c.core;
+  for_partitions(t.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float *x = sc.fb(0, F), *q = sc.fb(1, F);
+    load_row(t, p, x);
+    load_row(pr, p, q);
+    const float f = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[0]);
+    uint8_t *dx = nullptr, *dq = nullptr;
+    if (c.check) {
+      dx = sc.db(0, F);
+      dq = sc.db(1, F);
+      load_def_row(t, p, dx);
+      load_def_row(pr, p, dq);
+    }
+    const uint8_t fdef = w.has[3] ? vec_def(w.v[3], p) : 1;
+    float mx = -std::numeric_limits<float>::infinity();
+    uint8_t all_ok = 1;
+    for (int64_t i = 0; i < F; ++i) {
+      const bool take = (q[i] != 0.0f) != rev;
+      if (!take) x[i] = f;
+      if (dx) {
+        dx[i] = dq[i] & (take ? dx[i] : fdef);
+        all_ok &= dx[i];
+      }
+      mx = std::max(mx, x[i]);
+    }
+    store_row(d, p, x);
+    if (dx) {
+      if (!all_ok) c.note_undefined(2);
+      store_def_row(d, p, dx);
+    }
+    if (reduce && p < 128) {
+      apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       Alu::Max);
+      vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
+    }
+  });
+}
+
+void copy_predicated(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &pr = w.v[2];
+  const int64_t F = d.free();
+  const bool rev = in.i[0] != 0;
+  for_partitions(d.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float *o = sc.fb(0, F), *q = sc.fb(1, F), *s = sc.fb(2, F);
+    load_row(d, p, o);
+    load_row(pr, p, q);
+    if (w.has[1]) {
+      load_row(w.v[1], p, s);
+    } else {
+      std::fill(s, s + F, static_cast<float>(in.f[0]));
+    }
+    uint8_t *dd = nullptr, *dq = nullptr, *ds = nullptr;
+    if (c.check) {
+      dd = sc.db(0, F);
+      dq = sc.db(1, F);
+      ds = sc.db(2, F);
+      load_def_row(d, p, dd);
+      load_def_row(pr, p, dq);
+      if (w.has[1]) {
+        load_def_row(w.v[1], p, ds);
+      } else {
+        std::fill(ds, ds + F, uint8_t{1});
+      }
+    }
+    for (int64_t i = 0; i < F; ++i) {
+      const bool take = (q[i] != 0.0f) != rev;
+      if (take) o[i] = s[i];
+      if (dd) dd[i] = dq[i] & (take ? ds[i] : dd[i]);
+    }
+    store_row(d, p, o);
+    if (dd) {
+      if (!all_defined(dd, F)) c.note_undefined(2);
+      store_def_row(d, p, dd);
+    }
+  });
+}
+
+// The accumulator start value of reduce_cmd reset_reduce for an operator.
+float reset_value(Alu op) {
+  switch (op) {
+    case Alu::Multiply:
+      return 1.0f;
+    case Alu::Max:
+      return -std::numeric_limits<float>::infinity();
+    case Alu::Min:
+      return std::numeric_limits<float>::infinity();
+    default:
+      return 0.0f;
+  }
+}
+
+void tensor_scalar_cumulative(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
+  const auto cmd = static_cast<ReduceCmd>(in.i[2]);
+  const bool rev0 = in.i[3] != 0;
+  CoreState& core = c.core;
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    const float imm0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
+    const int64_t q = std::min<int64_t>(p, 127);
+    float reg = core.sel_acc[q];
+    uint8_t reg_def = core.sel_acc_def[q];
+    if (cmd == ReduceCmd::ResetReduce || cmd == ReduceCmd::Reset) {
+      reg = reset_value(op1);
+      reg_def = 1;
+    } else if (cmd == ReduceCmd::LoadReduce) {
+      reg = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[1]);
+      reg_def = w.has[3] ? vec_def(w.v[3], p) : 1;
+    }
+    uint8_t* da = c.check ? sc.db(0, F) : nullptr;
+    if (da) {
+      load_def_row(a, p, da);
+      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
+    }
+    for (int64_t i = 0; i < F; ++i) {
+      const float t = rev0 ? alu_ss(op0, imm0, x[i]) : alu_ss(op0, x[i], imm0);
+      reg = alu_ss(op1, t, reg);
+      x[i] = reg;
+      if (da) {
+        reg_def &= da[i];
+        da[i] = reg_def;
+      }
+    }
+    if (p < 128) {
+      core.sel_acc[p] = reg;
+      core.sel_acc_def[p] = reg_def;
+    }
+    store_row(d, p, x);
+    if (da) {
+      if (!all_defined(da, F)) c.note_undefined(1);
+      store_def_row(d, p, da);
+    }
+  });
+}
+
+void range_select(Ctx& c, Views& w) {
+  const Instr& in = c.in();
+  View &d = w.v[0], &t = w.v[1];
+  const int64_t F = t.free();
+  const auto c0 = static_cast<Alu>(in.i[0]), c1 = static_cast<Alu>(in.i[1]);
+  const auto cmd = static_cast<ReduceCmd>(in.i[3]);
+  const float start = static_cast<float>(in.f[0]), fill = static_cast<float>(in.f[1]);
+  CoreState& core = c.core;
+  for_partitions(t.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(t, p, x);
+    const float b0 = vec_at(w.v[2], p), b1 = vec_at(w.v[3], p);
+    uint8_t* dx = c.check ? sc.db(0, F) : nullptr;
+    if (dx) load_def_row(t, p, dx);
+    const uint8_t bdef = vec_def(w.v[2], p) & vec_def(w.v[3], p);
+    float mx = -std::numeric_limits<float>::infinity();
+    uint8_t all_ok = 1;
+    for (int64_t i = 0; i < F; ++i) {
+      const float idx = static_cast<float>(i) + start;
+      const bool keep = alu_ss(c0, idx, b0) != 0.0f && alu_ss(c1, idx, b1) != 0.0f;
+      if (!keep) x[i] = fill;
+      if (dx) {
+        dx[i] = bdef & (keep ? dx[i] : uint8_t{1});
+        all_ok &= dx[i];
+      }
+      mx = std::max(mx, x[i]);
+    }
+    store_row(d, p, x);
+    if (dx) {
+      if (!all_ok) c.note_undefined(1);
+      store_def_row(d, p, dx);
+    }
+    if (w.has[4] && p < 128) {
+      apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       Alu::Max);
+      vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
+    }
+  });
+}
+
+void bn_stats(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    float out[6];
+    for (int half = 0; half < 2; ++half) {
+      double n = 0, mean = 0, m2 = 0;
+      for (int64_t i = half; i < F; i += 2) {  // Welford
+        n += 1;
+        const double delta = x[i] - mean;
+        mean += delta / n;
+        m2 += delta * (x[i] - mean);
+      }
+      out[half * 3 + 0] = static_cast<float>(n);
+      out[half * 3 + 1] = static_cast<float>(mean);
+      out[half * 3 + 2] = static_cast<float>(m2);
+    }
+    store_row(d, p, out);
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      load_def_row(a, p, da);
+      uint8_t o[6];
+      std::fill(o, o + 6, static_cast<uint8_t>(all_defined(da, F)));
+      if (!o[0]) c.note_undefined(1);
+      store_def_row(d, p, o);
+    }
+  });
+}
+
+void bn_aggr(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    double n = 0, sum = 0;
+    for (int64_t i = 0; i + 2 < F; i += 3) {
+      n += x[i];
+      sum += static_cast<double>(x[i]) * x[i + 1];
+    }
+    const double mean = n > 0 ? sum / n : 0.0;
+    double m2 = 0;
+    for (int64_t i = 0; i + 2 < F; i += 3) {
+      const double dm = x[i + 1] - mean;
+      m2 += x[i + 2] + x[i] * dm * dm;
+    }
+    float out[2] = {static_cast<float>(mean), static_cast<float>(n > 0 ? m2 / n : 0.0)};
+    store_row(d, p, out);
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      load_def_row(a, p, da);
+      uint8_t o[2];
+      o[0] = o[1] = all_defined(da, F);
+      if (!o[0]) c.note_undefined(1);
+      store_def_row(d, p, o);
+    }
+  });
+}
+
+void max8(Ctx& c, Views& w) {
+  View &d = w.v[0], &a = w.v[1];
+  const int64_t F = a.free();
+  for_partitions(a.parts(), F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    load_row(a, p, x);
+    std::partial_sort(x, x + 8, x + F, [](float u, float v) { return u > v; });
+    store_row(d, p, x);
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      load_def_row(a, p, da);
+      uint8_t o[8];
+      std::fill(o, o + 8, static_cast<uint8_t>(all_defined(da, F)));
+      if (!o[0]) c.note_undefined(1);
+      store_def_row(d, p, o);
+    }
+  });
+}
+
+}  // namespace
+
+void exec_compute(Ctx& c) {
+  Views w = views(c);
+  switch (c.in().op) {
+    case Op::TensorCopy:
+      return tensor_copy(c, w);
+    case Op::Memset:
+      return memset_op(c, w);
+    case Op::Iota:
+      return iota(c, w);
+    case Op::AffineSelect:
+      return affine_select(c, w);
+    case Op::TensorTensor:
+      return tensor_tensor(c, w);
+    case Op::TensorScalar:
+      return tensor_scalar(c, w);
+    case Op::ScalarTensorTensor:
+      return scalar_tensor_tensor(c, w);
+    case Op::TensorReduce:
+      return tensor_reduce(c, w);
+    case Op::PartitionReduce:
+      return partition_reduce(c, w);
+    case Op::Activation:
+      return activation(c, w);
+    case Op::Reciprocal:
+      return reciprocal(c, w);
+    case Op::TensorTensorScan:
+      return scan(c, w);
+    case Op::TensorScalarReduce:
+      return tensor_scalar_reduce(c, w);
+    case Op::SelectReduce:
+      return select_reduce(c, w);
+    case Op::CopyPredicated:
+      return copy_predicated(c, w);
+    case Op::BnStats:
+      return bn_stats(c, w);
+    case Op::BnAggr:
+      return bn_aggr(c, w);
+    case Op::Max8:
+      return max8(c, w);
+    case Op::TensorScalarCumulative:
+      return tensor_scalar_cumulative(c, w);
+    case Op::RangeSelect:
+      return range_select(c, w);
+    default:
+      c.fail("runtime", "opcode is not a compute instruction", "");
+  }
+}
+
+}  // namespace neuron::nki::detail

@@ -1,0 +1,201 @@
+// Tensor Engine instructions: nc_matmul (through kernels::gemm in fp32, which is how the PE
+// array accumulates) and nc_transpose.
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "exec_internal.h"
+#include "kernels/blas.h"
+#include "kernels/gemm.h"
+
+namespace neuron::nki::detail {
+
+namespace {
+
+// MKL's thread-local thread count: matmul tiles are split over the runtime's host pool
+// instead, because MKL's OpenMP workers spin between the many small tile GEMMs and starve the
+// other threads on small hosts.
+// The Fortran-convention entry point (argument by reference) is the one every MKL build exports.
+using SetThreadsFn = int (*)(const int*);
+SetThreadsFn mkl_set_threads_local() {
+  static const SetThreadsFn fn = [] {
+    kernels::blas::functions();  // loads the BLAS library if nothing has yet
+    void* h = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+    return h ? reinterpret_cast<SetThreadsFn>(dlsym(h, "mkl_set_num_threads_local_")) : nullptr;
+  }();
+  return fn;
+}
+
+// C[M, N] (+)= A^T-layout GEMM of one tile, column blocks in parallel, one MKL thread each.
+void tile_gemm(const kernels::GemmProblem& g) {
+  const SetThreadsFn set = mkl_set_threads_local();
+  const int64_t work = g.m * g.n * g.k;
+  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
+  auto run = [&](int64_t n0, int64_t n1) {
+    kernels::GemmProblem q = g;
+    q.n = n1 - n0;
+    q.b = static_cast<const float*>(g.b) + n0 * g.b_cs;
+    q.c = static_cast<float*>(g.c) + n0 * g.c_cs;
+    const int one = 1;
+    const int prev = set ? set(&one) : 0;
+    kernels::gemm(q);
+    if (set) set(&prev);
+  };
+  if (threads <= 1 || work < (int64_t{1} << 21) || g.n < 64) {
+    run(0, g.n);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(32, (g.n + threads - 1) / threads);
+  rt::parallel_for(0, g.n, grain, run);
+}
+
+// Gathers a [K, F] on-chip operand into a dense row-major fp32 matrix (and its definedness).
+void gather(const View& v, float* out, uint8_t* def, bool check) {
+  const int64_t F = v.free();
+  for_partitions(v.parts(), F, [&](int64_t k) {
+    load_row(v, k, out + k * F);
+    if (check) load_def_row(v, k, def + k * F);
+  });
+}
+
+}  // namespace
+
+void exec_matmul(Ctx& c) {
+  const Instr& in = c.in();
+  View d, s, m;
+  make_view(c, 0, d);
+  make_view(c, 1, s);
+  make_view(c, 2, m);
+  collapse_free(d);
+  const bool dbl = in.i[2] == 1, acc = in.i[0] != 0, transpose = in.i[1] != 0;
+  const int64_t K = s.parts(), SF = s.free(), MF = m.free();
+  const int64_t M = dbl ? SF / 2 : SF, N = dbl ? MF / 2 : MF, Kt = dbl ? 2 * K : K;
+  Scratch& sc = scratch();
+  float* sraw = sc.fb(0, K * SF);
+  float* mraw = sc.fb(1, K * MF);
+  uint8_t* sdef = c.check ? sc.db(0, K * SF) : nullptr;
+  uint8_t* mdef = c.check ? sc.db(1, K * MF) : nullptr;
+  gather(s, sraw, sdef, c.check);
+  if (!transpose) gather(m, mraw, mdef, c.check);
+
+  // Contraction index kk = j * K + k for double_row ([K, 2, F] operands), else kk = k.
+  float* A = sraw;  // [Kt, M]
+  float* B = mraw;  // [Kt, N]
+  if (dbl) {
+    A = sc.fb(2, Kt * M);
+    B = sc.fb(3, Kt * N);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < 2; ++j) {
+        std::memcpy(A + (j * K + k) * M, sraw + k * SF + j * M, static_cast<size_t>(M) * 4);
+        std::memcpy(B + (j * K + k) * N, mraw + k * MF + j * N, static_cast<size_t>(N) * 4);
+      }
+  }
+
+  const bool direct = !transpose && d.dtype == DT::Float32 && d.ndim == 2 && d.stride[1] == 4;
+  float* C = direct ? nullptr : sc.fb(4, M * N);
+  if (transpose) {
+    // Transpose mode passes data through the array bit-exactly: dst = stationary^T.
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * N + j] = A[j * M + i];
+    if (acc) {
+      float* prev = sc.fb(5, N);
+      for (int64_t i = 0; i < M; ++i) {
+        load_row(d, i, prev);
+        for (int64_t j = 0; j < N; ++j) C[i * N + j] += prev[j];
+      }
+    }
+  } else {
+    kernels::GemmProblem g;
+    g.m = M;
+    g.n = N;
+    g.k = Kt;
+    g.a = A;
+    g.a_rs = 1;
+    g.a_cs = M;
+    g.b = B;
+    g.b_rs = N;
+    g.b_cs = 1;
+    g.in_dtype = kernels::DType::Float32;
+    g.out_dtype = kernels::DType::Float32;
+    g.beta = acc ? 1.0f : 0.0f;
+    if (direct) {
+      g.c = d.base;
+      g.c_rs = d.stride[0] / 4;
+      g.c_cs = 1;
+    } else {
+      if (acc)
+        for (int64_t i = 0; i < M; ++i) load_row(d, i, C + i * N);
+      g.c = C;
+      g.c_rs = N;
+      g.c_cs = 1;
+    }
+    tile_gemm(g);
+  }
+  if (!direct) for_partitions(M, N, [&](int64_t i) { store_row(d, i, C + i * N); });
+
+  if (c.check) {
+    uint8_t* col_s = sc.db(2, M);
+    uint8_t* col_m = sc.db(3, N);
+    uint8_t* out = sc.db(4, N);
+    bool undefined = false;
+    if (transpose) {
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          out[j] = sdef[j * SF + i];
+          undefined |= !out[j];
+        }
+        if (acc) {
+          uint8_t* prev = sc.db(5, N);
+          load_def_row(d, i, prev);
+          for (int64_t j = 0; j < N; ++j) out[j] &= prev[j];
+        }
+        store_def_row(d, i, out);
+      }
+    } else {
+      std::fill(col_s, col_s + M, uint8_t{1});
+      std::fill(col_m, col_m + N, uint8_t{1});
+      for (int64_t k = 0; k < K; ++k) {
+        for (int64_t x = 0; x < SF; ++x) col_s[dbl ? x % M : x] &= sdef[k * SF + x];
+        for (int64_t x = 0; x < MF; ++x) col_m[dbl ? x % N : x] &= mdef[k * MF + x];
+      }
+      undefined = !all_defined(col_s, M) || !all_defined(col_m, N);
+      uint8_t* prev = sc.db(5, N);
+      for (int64_t i = 0; i < M; ++i) {
+        if (acc) load_def_row(d, i, prev);
+        for (int64_t j = 0; j < N; ++j) out[j] = col_s[i] & col_m[j] & (acc ? prev[j] : uint8_t{1});
+        store_def_row(d, i, out);
+      }
+    }
+    if (undefined) c.note_undefined(all_defined(col_s, M) ? 2 : 1);
+  }
+}
+
+void exec_transpose(Ctx& c) {
+  View d, s;
+  make_view(c, 0, d);
+  make_view(c, 1, s);
+  collapse_free(d);
+  collapse_free(s);
+  const int64_t P = s.parts(), F = s.free();
+  Scratch& sc = scratch();
+  float* T = sc.fb(0, P * F);
+  uint8_t* Td = c.check ? sc.db(0, P * F) : nullptr;
+  gather(s, T, Td, c.check);
+  float* row = sc.fb(1, P);
+  uint8_t* drow = c.check ? sc.db(1, P) : nullptr;
+  bool undefined = false;
+  for (int64_t f = 0; f < F; ++f) {
+    for (int64_t p = 0; p < P; ++p) row[p] = T[p * F + f];
+    store_row(d, f, row);
+    if (c.check) {
+      for (int64_t p = 0; p < P; ++p) {
+        drow[p] = Td[p * F + f];
+        undefined |= !drow[p];
+      }
+      store_def_row(d, f, drow);
+    }
+  }
+  if (undefined) c.note_undefined(1);
+}
+
+}  // namespace neuron::nki::detail

@@ -1,0 +1,500 @@
+#include "executor.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "exec_internal.h"
+
+namespace neuron::nki {
+
+namespace {
+
+constexpr size_t kHuge = size_t{2} << 20;
+
+uint8_t* alloc_onchip(size_t bytes) {
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  std::memset(p, 0, rounded);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+void CoreState::Free::operator()(uint8_t* p) const { std::free(p); }
+
+CoreState::CoreState(const Target& t)
+    : target_(t),
+      sbuf_bytes_(static_cast<size_t>(Program::sbuf_pitch(t) * t.partitions)),
+      psum_bytes_(static_cast<size_t>(Program::psum_pitch(t) * t.partitions)) {
+  sbuf_.reset(alloc_onchip(sbuf_bytes_));
+  psum_.reset(alloc_onchip(psum_bytes_));
+}
+
+void CoreState::enable_shadow() {
+  sbuf_def_.assign(sbuf_bytes_, 0);
+  psum_def_.assign(psum_bytes_, 0);
+}
+void CoreState::disable_shadow() {
+  std::vector<uint8_t>().swap(sbuf_def_);
+  std::vector<uint8_t>().swap(psum_def_);
+}
+
+namespace {
+
+// Released CoreStates kept for reuse: allocating and faulting in 28 MiB per kernel call would
+// dominate small kernels. Guarded by its mutex; at most kKeep idle states.
+class CorePool {
+ public:
+  static CorePool& get() {
+    static CorePool pool;
+    return pool;
+  }
+  std::shared_ptr<CoreState> acquire(const Target& t) {
+    std::unique_ptr<CoreState> s;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        const Target& o = (*it)->target();
+        if (o.sbuf_bytes_per_partition == t.sbuf_bytes_per_partition &&
+            o.psum_bytes_per_partition == t.psum_bytes_per_partition &&
+            o.partitions == t.partitions) {
+          s = std::move(*it);
+          idle_.erase(it);
+          break;
+        }
+      }
+    }
+    if (!s) s = std::make_unique<CoreState>(t);
+    return std::shared_ptr<CoreState>(s.release(), [this](CoreState* p) { release(p); });
+  }
+
+ private:
+  static constexpr size_t kKeep = 4;
+  void release(CoreState* p) {
+    p->disable_shadow();
+    std::lock_guard<std::mutex> g(mu_);
+    if (idle_.size() < kKeep) {
+      idle_.emplace_back(p);
+    } else {
+      delete p;
+    }
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CoreState>> idle_;
+};
+
+}  // namespace
+
+std::shared_ptr<CoreState> acquire_core(const Target& t) { return CorePool::get().acquire(t); }
+
+namespace detail {
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void Ctx::note_undefined(int k) {
+  std::lock_guard<std::mutex> g(undef_mu);
+  if (first_undef_pc >= 0) return;
+  first_undef_pc = pc;
+  const Instr& i = in();
+  const Buffer& b = prog.buffers()[i.ap[k].buf];
+  first_undef_what = prog.instr_name(i) + " at " + prog.location(i) + " reading " +
+                     std::string(mem_name(b.mem)) + " tensor '" + b.name + "' (allocated at " +
+                     prog.str(b.loc) + ")";
+}
+
+std::string Ctx::undefined_origin() const {
+  if (first_undef_pc < 0) return "";
+  return "; the first read of never-written memory was " + first_undef_what;
+}
+
+bool make_view(Ctx& c, int k, View& v) {
+  const Phys& ph = c.prog.phys()[c.pc][k];
+  const Ap& a = c.in().ap[k];
+  v.dtype = ph.dtype;
+  v.es = dt_size(ph.dtype);
+  v.ndim = ph.ndim;
+  v.mem = ph.mem;
+  v.buf = ph.buf;
+  v.stride = ph.stride;
+  v.num = ph.num;
+  int64_t off = ph.byte_off;
+  if (ph.reg >= 0) {
+    const int64_t delta = c.core.regs[ph.reg] * a.reg_scale;
+    c.dyn[k] = delta;
+    bool ok = ph.lo + delta >= 0 && ph.hi + delta < ph.limit;
+    if (ok && ph.mem != Mem::Hbm) {
+      const int64_t e = ph.elem_off + delta;
+      const int64_t p0 = e / ph.fa, f0 = e % ph.fa;
+      const int64_t parts = ph.limit / ph.fa;
+      ok = f0 + ph.flo >= 0 && f0 + ph.fhi < ph.fa &&
+           p0 + (ph.stride[0] ? ph.num[0] - 1 : 0) < parts;
+      off = p0 * ph.pitch + ph.addr + f0 * v.es;
+    } else if (ok) {
+      off = ph.byte_off + delta * v.es;
+    }
+    if (!ok) {
+      if (c.in().op == Op::DmaCopy && c.in().i[0] == 1) return false;  // oob_mode=skip
+      const Buffer& b = c.prog.buffers()[a.buf];
+      c.fail("runtime",
+             "dynamic offset (register value " + std::to_string(c.core.regs[ph.reg]) +
+                 ") moves the access of '" + b.name + "' outside the tensor",
+             "accesses stay inside the tensor");
+    }
+  }
+  switch (ph.mem) {
+    case Mem::Hbm: {
+      const Binding& b = c.bind[static_cast<size_t>(ph.slot)];
+      v.base = b.data + off;
+      v.def = b.def ? b.def + off : nullptr;
+      break;
+    }
+    case Mem::Sbuf:
+      v.base = c.core.sbuf() + off;
+      v.def = c.check ? c.core.sbuf_def() + off : nullptr;
+      break;
+    case Mem::Psum:
+      v.base = c.core.psum() + off;
+      v.def = c.check ? c.core.psum_def() + off : nullptr;
+      break;
+  }
+  return true;
+}
+
+void collapse_free(View& v) {
+  if (v.ndim <= 2) return;
+  int out = 2;
+  for (int d = 2; d < v.ndim; ++d) {
+    if (v.stride[out - 1] == v.stride[d] * v.num[d] && out - 1 >= 1) {
+      v.num[out - 1] *= v.num[d];
+      v.stride[out - 1] = v.stride[d];
+    } else {
+      v.num[out] = v.num[d];
+      v.stride[out] = v.stride[d];
+      ++out;
+    }
+  }
+  v.ndim = out;
+}
+
+namespace {
+
+// Drops size-1 dims and merges contiguous neighbours over all dims (DMA sees flat data).
+void collapse_all(View& v) {
+  int out = 0;
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.num[d] == 1) continue;
+    if (out > 0 && v.stride[out - 1] == v.stride[d] * v.num[d]) {
+      v.num[out - 1] *= v.num[d];
+      v.stride[out - 1] = v.stride[d];
+    } else {
+      v.num[out] = v.num[d];
+      v.stride[out] = v.stride[d];
+      ++out;
+    }
+  }
+  if (out == 0) {
+    v.num[0] = 1;
+    v.stride[0] = v.es;
+    out = 1;
+  }
+  v.ndim = out;
+}
+
+// Walks a view in flat order, one innermost run at a time.
+struct Cursor {
+  const View& v;
+  int64_t idx[kMaxApDims] = {};
+  int64_t offset() const {
+    int64_t o = 0;
+    for (int d = 0; d < v.ndim; ++d) o += idx[d] * v.stride[d];
+    return o;
+  }
+  int64_t run_left() const { return v.num[v.ndim - 1] - idx[v.ndim - 1]; }
+  int64_t inner_stride() const { return v.stride[v.ndim - 1]; }
+  void advance(int64_t n) {
+    int d = v.ndim - 1;
+    idx[d] += n;
+    while (d > 0 && idx[d] >= v.num[d]) {
+      idx[d] = 0;
+      ++idx[--d];
+    }
+  }
+};
+
+inline void copy_elems(uint8_t* d, int64_t ds, const uint8_t* s, int64_t ss, int64_t n, int es) {
+  if (ds == es && ss == es) {
+    std::memmove(d, s, static_cast<size_t>(n * es));
+    return;
+  }
+  switch (es) {
+    case 1:
+      for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
+      return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * ds, s + i * ss, 2);
+      return;
+    case 4:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * ds, s + i * ss, 4);
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * ds, s + i * ss, static_cast<size_t>(es));
+  }
+}
+
+// Copies src to dst (same element count) with dtype conversion through fp32 and, in
+// checking mode, definedness propagation. Returns the number of undefined elements written.
+int64_t dma_walk(const View& dst, const View& src, int64_t* first_bad) {
+  Cursor cd{dst}, cs{src};
+  const int64_t total = dst.numel();
+  const bool same = dst.dtype == src.dtype;
+  Scratch& sc = scratch();
+  int64_t done = 0, bad = 0;
+  const bool track = dst.def != nullptr;
+  while (done < total) {
+    const int64_t n = std::min(cd.run_left(), cs.run_left());
+    const int64_t od = cd.offset(), os = cs.offset();
+    const int64_t sd = cd.inner_stride(), ss = cs.inner_stride();
+    if (same) {
+      copy_elems(dst.base + od, sd, src.base + os, ss, n, dst.es);
+    } else {
+      float* tmp = sc.fb(5, n);
+      load_f32(src.dtype, src.base + os, ss, n, tmp);
+      store_f32(dst.dtype, dst.base + od, sd, n, tmp);
+    }
+    if (track || src.def) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint8_t ok = 1;
+        if (src.def) {
+          const uint8_t* e = src.def + os + i * ss;
+          for (int b = 0; b < src.es; ++b) ok &= e[b];
+        }
+        if (!ok) {
+          if (bad == 0 && first_bad) *first_bad = done + i;
+          ++bad;
+        }
+        if (track) std::memset(dst.def + od + i * sd, ok, static_cast<size_t>(dst.es));
+      }
+    }
+    cd.advance(n);
+    cs.advance(n);
+    done += n;
+  }
+  return bad;
+}
+
+}  // namespace
+
+void exec_dma(Ctx& c) {
+  View d, s;
+  if (!make_view(c, 0, d) || !make_view(c, 1, s)) return;  // skipped out-of-bounds access
+  const Binding* out = nullptr;
+  if (d.mem == Mem::Hbm) {
+    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][0].slot)];
+    if (!b.scratch) out = &b;  // kernel inputs and outputs are caller-visible
+  }
+  int64_t bad = 0, first_bad = -1;
+  // Large transfers with a common outer dimension are split over the host threads.
+  const int64_t total = d.numel();
+  if (total >= 65536 && d.num[0] == s.num[0] && d.num[0] > 1 && !rt::in_parallel_region()) {
+    std::atomic<int64_t> abad{0};
+    std::atomic<int64_t> afirst{-1};
+    rt::parallel_for(0, d.num[0], 1, [&](int64_t b, int64_t e) {
+      View dd = d, ss = s;
+      dd.base += b * d.stride[0];
+      ss.base += b * s.stride[0];
+      if (dd.def) dd.def += b * d.stride[0];
+      if (ss.def) ss.def += b * s.stride[0];
+      dd.num[0] = ss.num[0] = e - b;
+      collapse_all(dd);
+      collapse_all(ss);
+      int64_t fb = -1;
+      const int64_t nb = dma_walk(dd, ss, &fb);
+      if (nb) {
+        abad += nb;
+        int64_t expect = -1;
+        afirst.compare_exchange_strong(expect, fb + b * (total / d.num[0]));
+      }
+    });
+    bad = abad.load();
+    first_bad = afirst.load();
+  } else {
+    collapse_all(d);
+    collapse_all(s);
+    bad = dma_walk(d, s, &first_bad);
+  }
+  if (bad) {
+    if (out && c.check) {
+      c.note_undefined(1);
+      c.fail("uninitialized",
+             "writes " + std::to_string(bad) +
+                 " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
+                 out->name + "' (first at flat element " + std::to_string(first_bad) +
+                 " of the transfer)" + c.undefined_origin(),
+             "kernels read only memory they have written");
+    }
+    c.note_undefined(1);
+  }
+}
+
+namespace {
+
+void exec_register(Ctx& c) {
+  const Instr& in = c.in();
+  auto& regs = c.core.regs;
+  switch (in.op) {
+    case Op::RegMove:
+      regs[in.i[0]] = in.i[1] >= 0 ? regs[in.i[1]] : static_cast<int32_t>(in.i[2]);
+      break;
+    case Op::RegLoad: {
+      View v;
+      make_view(c, 0, v);
+      int64_t val = 0;
+      load_i64(v.dtype, v.base, v.es, 1, &val);
+      if (v.def) {
+        uint8_t ok = 1;
+        for (int b = 0; b < v.es; ++b) ok &= v.def[b];
+        if (!ok) {
+          c.note_undefined(0);
+          c.fail("uninitialized",
+                 "loads a register from never-written memory" + c.undefined_origin(),
+                 "kernels read only memory they have written");
+        }
+      }
+      regs[in.i[0]] = static_cast<int32_t>(val);
+      break;
+    }
+    case Op::RegStore: {
+      View v;
+      make_view(c, 0, v);
+      const int64_t val = regs[in.i[0]];
+      store_i64(v.dtype, v.base, v.es, 1, &val);
+      if (v.def) std::memset(v.def, 1, static_cast<size_t>(v.es));
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
+             const ExecOptions& opt, ExecReport* report) {
+  using namespace detail;
+  if (!prog.finalized())
+    throw NkiError("runtime", "nki executor", "", "program is not finalized", "");
+  if (static_cast<int>(bindings.size()) < prog.num_slots())
+    throw NkiError("runtime", "nki executor", "",
+                   "program needs " + std::to_string(prog.num_slots()) + " HBM tensors, got " +
+                       std::to_string(bindings.size()),
+                   "");
+  for (const Buffer& b : prog.buffers()) {
+    if (b.mem != Mem::Hbm) continue;
+    const Binding& bd = bindings[static_cast<size_t>(b.slot)];
+    if (!bd.data || bd.bytes < b.total_bytes)
+      throw NkiError("runtime", "nki executor", prog.str(b.loc),
+                     "HBM tensor '" + b.name + "' needs " + std::to_string(b.total_bytes) +
+                         " bytes, bound " + std::to_string(bd.bytes),
+                     "");
+  }
+  const Target& t = prog.target();
+  const Target& ct = core.target();
+  if (ct.sbuf_bytes_per_partition != t.sbuf_bytes_per_partition ||
+      ct.psum_bytes_per_partition != t.psum_bytes_per_partition)
+    throw NkiError("runtime", "nki executor", "", "core state does not match the program's target",
+                   "");
+  core.regs.assign(static_cast<size_t>(prog.num_registers()), 0);
+  std::fill(std::begin(core.act_acc), std::end(core.act_acc), 0.0f);
+  std::fill(std::begin(core.act_acc_def), std::end(core.act_acc_def), uint8_t{1});
+  std::fill(std::begin(core.sel_acc), std::end(core.sel_acc), 0.0f);
+  std::fill(std::begin(core.sel_acc_def), std::end(core.sel_acc_def), uint8_t{1});
+  if (opt.check_uninit) core.enable_shadow();
+
+  Ctx c(prog, core, bindings, opt);
+  c.check = opt.check_uninit;
+  const auto& instrs = prog.instrs();
+  const auto n = static_cast<int32_t>(instrs.size());
+  std::vector<int64_t> upper;  // per LoopBegin: the bound evaluated at loop entry
+  if (prog.dynamic()) upper.assign(instrs.size(), 0);
+  int64_t iterations = 0, executed = 0;
+  auto count_iteration = [&] {
+    if (++iterations > opt.max_loop_iterations)
+      c.fail(
+          "runtime",
+          "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) + " iterations",
+          "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+  };
+  auto& regs = core.regs;
+  while (c.pc < n) {
+    const Instr& in = instrs[c.pc];
+    switch (in.op) {
+      case Op::LoopBegin: {
+        const int64_t lo = in.i[1] >= 0 ? regs[in.i[1]] : in.i[2];
+        const int64_t hi = in.i[3] >= 0 ? regs[in.i[3]] : in.i[4];
+        upper[c.pc] = hi;
+        regs[in.i[0]] = lo;
+        c.pc = lo < hi ? c.pc + 1 : static_cast<int32_t>(in.i[6]) + 1;
+        continue;
+      }
+      case Op::LoopEnd: {
+        const Instr& b = instrs[in.i[0]];
+        regs[b.i[0]] += b.i[5];
+        count_iteration();
+        c.pc = regs[b.i[0]] < upper[in.i[0]] ? static_cast<int32_t>(in.i[0]) + 1 : c.pc + 1;
+        continue;
+      }
+      case Op::WhileBegin:
+        c.pc = regs[in.i[0]] != 0 ? c.pc + 1 : static_cast<int32_t>(in.i[1]) + 1;
+        continue;
+      case Op::WhileEnd: {
+        const Instr& b = instrs[in.i[0]];
+        regs[b.i[0]] = regs[in.i[1]];
+        count_iteration();
+        c.pc = regs[b.i[0]] != 0 ? static_cast<int32_t>(in.i[0]) + 1 : c.pc + 1;
+        continue;
+      }
+      default:
+        break;
+    }
+    c.dyn.fill(0);
+    switch (in.op) {
+      case Op::DmaCopy:
+        exec_dma(c);
+        break;
+      case Op::Matmul:
+        exec_matmul(c);
+        break;
+      case Op::Transpose:
+        exec_transpose(c);
+        break;
+      case Op::RegMove:
+      case Op::RegLoad:
+      case Op::RegStore:
+        exec_register(c);
+        break;
+      default:
+        exec_compute(c);
+        break;
+    }
+    ++executed;
+    if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
+    ++c.pc;
+  }
+  if (report) report->instructions += executed;
+  if (opt.check_uninit) core.disable_shadow();
+}
+
+}  // namespace neuron::nki

@@ -1,0 +1,88 @@
+// Runs a finalized Program on the state of one NeuronCore (SBUF, PSUM, registers, engine
+// accumulators) and on HBM tensors bound by the caller (device memory of neuron tensors or
+// host arrays). Instructions run as vectorised host loops over whole tiles; matmul tiles go
+// through kernels::gemm. In checking mode every byte of SBUF/PSUM (and of kernel-created HBM
+// tensors) carries a "defined" shadow bit that propagates through the instructions like the
+// NaN fill of the real simulator: data derived from never-written memory that reaches an HBM
+// output or a register raises an NkiError naming both instructions.
+// Thread-safety: execute() may run concurrently on distinct CoreStates; a CoreState is used by
+// one execution at a time (acquire_core hands out exclusive states).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "program.h"
+
+namespace neuron::nki {
+
+// One HBM tensor of a launch. `def` (checking mode only) is a byte per data byte, 1 = defined;
+// null means the memory is always defined (kernel inputs).
+struct Binding {
+  uint8_t* data = nullptr;
+  int64_t bytes = 0;
+  uint8_t* def = nullptr;
+  std::string name;
+  bool scratch = false;  // kernel-private HBM (nl.hbm / nl.private_hbm): not caller-visible
+};
+
+struct ExecOptions {
+  bool check_uninit = false;
+  bool record_trace = false;  // keep the executed instruction sequence (cost model)
+  int64_t max_loop_iterations = int64_t{1} << 31;
+};
+
+// One executed instruction: its index and the dynamic element offsets of its operands.
+struct ExecRecord {
+  int32_t instr = 0;
+  std::array<int64_t, kMaxOperands> dyn{};
+};
+
+struct ExecReport {
+  int64_t instructions = 0;       // executed (loop bodies counted per iteration)
+  std::vector<ExecRecord> trace;  // when record_trace
+};
+
+// The mutable state of one NeuronCore.
+class CoreState {
+ public:
+  explicit CoreState(const Target& t);
+  const Target& target() const { return target_; }
+
+  uint8_t* sbuf() { return sbuf_.get(); }
+  uint8_t* psum() { return psum_.get(); }
+  // Shadows exist after enable_shadow() (checking mode).
+  uint8_t* sbuf_def() { return sbuf_def_.empty() ? nullptr : sbuf_def_.data(); }
+  uint8_t* psum_def() { return psum_def_.empty() ? nullptr : psum_def_.data(); }
+  void enable_shadow();   // allocates (if needed) and clears the shadows: all memory undefined
+  void disable_shadow();  // frees them
+
+  std::vector<int64_t> regs;
+  float act_acc[128] = {};  // Scalar Engine reduce registers (one per partition)
+  uint8_t act_acc_def[128] = {};
+  float sel_acc[128] = {};  // Vector Engine select_reduce registers
+  uint8_t sel_acc_def[128] = {};
+
+ private:
+  Target target_;
+  // On-chip memories in 2 MiB-aligned, huge-page-advised blocks: a tile touches one row in
+  // each of up to 128 partitions, which would otherwise cost a TLB miss per row.
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> sbuf_, psum_;
+  size_t sbuf_bytes_ = 0, psum_bytes_ = 0;
+  std::vector<uint8_t> sbuf_def_, psum_def_;
+};
+
+// Hands out CoreStates sized for `t`, reusing released ones (their SBUF is not cleared: a
+// kernel must not read memory it did not write, which checking mode verifies).
+std::shared_ptr<CoreState> acquire_core(const Target& t);
+
+// Runs `prog` (finalized) with `bindings` indexed by HBM slot. Throws NkiError.
+void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
+             const ExecOptions& opt, ExecReport* report);
+
+}  // namespace neuron::nki

@@ -1,0 +1,228 @@
+// A traced NKI kernel: its tensors (HBM arguments and scratch, SBUF and PSUM tiles), its ISA
+// instructions over access patterns, and the kernel source locations they came from. The
+// Python tracer builds it instruction by instruction; add() checks every hardware rule of the
+// instruction (so a violation surfaces at the kernel line that caused it), finalize() runs
+// liveness analysis and places every SBUF/PSUM tensor (capacity and overlap checks), and the
+// executor (executor.h) replays the result as often as needed.
+// Thread-safety: building is single-threaded; a finalized Program is immutable and may be
+// executed concurrently from several threads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "alu.h"
+#include "dtype.h"
+
+namespace neuron::nki {
+
+enum class Mem : uint8_t { Hbm, Sbuf, Psum };
+enum class Engine : uint8_t { Tensor, Vector, Scalar, GpSimd, Dma, Sync, Count };
+constexpr int kNumEngines = static_cast<int>(Engine::Count);
+
+std::string_view mem_name(Mem m);
+std::string_view engine_name(Engine e);
+
+// Instruction set. The operand conventions of each opcode (which `ap`, `i` and `f` slot means
+// what) are listed in instr_layout.md next to this file and mirrored by python/nki/isa.py.
+enum class Op : uint8_t {
+  DmaCopy,
+  TensorCopy,
+  Memset,
+  Iota,
+  TensorTensor,
+  TensorScalar,
+  ScalarTensorTensor,
+  TensorReduce,
+  PartitionReduce,
+  Activation,
+  Reciprocal,
+  TensorTensorScan,
+  TensorScalarReduce,
+  Matmul,
+  Transpose,
+  AffineSelect,
+  SelectReduce,
+  CopyPredicated,
+  BnStats,
+  BnAggr,
+  Max8,
+  RegMove,
+  RegLoad,
+  RegStore,
+  LoopBegin,
+  LoopEnd,
+  WhileBegin,
+  WhileEnd,
+  TensorScalarCumulative,
+  RangeSelect,
+  Count,
+};
+std::string_view op_name(Op op);  // "nki.isa.nc_matmul", ...
+
+constexpr int kMaxApDims = 6;
+constexpr int kMaxOperands = 5;
+constexpr int kNumInts = 12;
+constexpr int kNumFloats = 4;
+
+// reduce_cmd of activation / select_reduce (nki.isa.reduce_cmd).
+enum class ReduceCmd : uint8_t { Idle, Reset, Reduce, ResetReduce, LoadReduce };
+
+// An access pattern into one tensor: element `offset` of the flattened tensor plus
+// [step, num] pairs (outermost first). On SBUF/PSUM the first pair is the partition dimension
+// and its step is the tensor's elements per partition. `reg` >= 0 adds reg_scale * value of
+// that register to the offset at run time (scalar_offset / dynamic slices).
+struct Ap {
+  int32_t buf = -1;  // tensor index; -1 means "operand absent"
+  DT dtype = DT::Float32;
+  int8_t ndim = 0;
+  int16_t reg = -1;
+  int64_t offset = 0;
+  int64_t reg_scale = 0;
+  std::array<int64_t, kMaxApDims> step{};
+  std::array<int64_t, kMaxApDims> num{};
+
+  bool present() const { return buf >= 0; }
+  int64_t numel() const;
+  int64_t free_size() const;  // product of num[1..]
+};
+
+struct Instr {
+  Op op = Op::Count;
+  Engine engine = Engine::Vector;
+  uint8_t nap = 0;
+  std::array<Ap, kMaxOperands> ap{};
+  std::array<int64_t, kNumInts> i{};
+  std::array<double, kNumFloats> f{};
+  int32_t loc = -1;  // index into Program::strings (kernel file:line)
+  int32_t api = -1;  // index into Program::strings (the nki.language API that emitted it), or -1
+};
+
+struct Buffer {
+  Mem mem = Mem::Sbuf;
+  DT dtype = DT::Float32;
+  std::vector<int64_t> shape;
+  std::string name;
+  int32_t loc = -1;
+  bool is_input = false;         // HBM kernel argument (initialized by the caller)
+  int32_t slot = -1;             // HBM: index of its binding
+  int32_t fixed_partition = -1;  // manual placement (nl.ndarray(address=...))
+  int64_t fixed_offset = -1;
+  // Derived when the buffer is added.
+  int64_t numel = 0;
+  int64_t partitions = 0;  // on-chip: shape[0]
+  int64_t free_elems = 0;  // on-chip: elements per partition
+  int64_t bytes_per_partition = 0;
+  int64_t total_bytes = 0;
+  // Set by finalize().
+  int64_t addr = -1;  // on-chip: byte offset inside each partition
+  int32_t first_use = -1, last_use = -1;
+  bool written = false;  // some instruction writes it
+};
+
+// The machine a program was traced for.
+struct Target {
+  int nc_version = 3;
+  int64_t sbuf_bytes_per_partition = 224 * 1024;
+  int64_t psum_bytes_per_partition = 16 * 1024;
+  int psum_banks = 8;
+  int partitions = 128;
+  int64_t psum_bank_bytes() const { return psum_bytes_per_partition / psum_banks; }
+};
+
+// The physical form of an operand used by the executor: base memory, byte offset and byte
+// strides of every dimension (the partition dimension's stride is the physical partition
+// pitch on chip).
+struct Phys {
+  Mem mem = Mem::Sbuf;
+  DT dtype = DT::Float32;
+  int32_t slot = -1;  // HBM
+  int8_t ndim = 0;
+  int16_t reg = -1;
+  int64_t byte_off = 0;  // from the start of SBUF/PSUM/the HBM binding
+  int64_t reg_scale_bytes = 0;
+  std::array<int64_t, kMaxApDims> stride{};  // bytes
+  std::array<int64_t, kMaxApDims> num{};
+  int64_t lo = 0, hi = 0;  // flat element range of the buffer touched (static part)
+  // For dynamic (register) offsets: the static element offset, the view's elements per
+  // partition and element count, the tensor's placement, the free-dim extent per partition.
+  int64_t elem_off = 0, fa = 0, limit = 0, addr = 0, pitch = 0, flo = 0, fhi = 0;
+  int32_t buf = -1;
+};
+
+class Program {
+ public:
+  static constexpr int kFormatVersion = 2;
+  // Physical partition pitch in bytes: the capacity plus one cache line, so that consecutive
+  // partitions do not alias in the host caches.
+  static int64_t sbuf_pitch(const Target& t) { return t.sbuf_bytes_per_partition + 64; }
+  static int64_t psum_pitch(const Target& t) { return t.psum_bytes_per_partition + 64; }
+
+  explicit Program(Target target) : target_(target) {}
+
+  const Target& target() const { return target_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  const std::vector<Instr>& instrs() const { return instrs_; }
+  const std::vector<std::string>& strings() const { return strings_; }
+  int num_registers() const { return num_regs_; }
+  int num_slots() const { return num_slots_; }
+  bool finalized() const { return finalized_; }
+  bool dynamic() const { return dynamic_; }  // has runtime loops or register offsets
+  const std::vector<std::array<Phys, kMaxOperands>>& phys() const { return phys_; }
+
+  // Interns a string (location or API name) and returns its index.
+  int32_t intern(const std::string& s);
+  const std::string& str(int32_t idx) const;
+  std::string location(const Instr& in) const;    // "file:line" or ""
+  std::string instr_name(const Instr& in) const;  // "nki.isa.x (from nki.language.y)"
+
+  // Adds a tensor; validates shape/dtype/buffer rules. Returns its index.
+  int32_t add_buffer(Buffer b);
+  // Allocates a register (its initial value is 0).
+  int32_t add_register();
+  // Appends an instruction after checking every hardware rule (throws NkiError).
+  void add(const Instr& in);
+  // Number of instructions so far (the index the next add() gets).
+  int32_t size() const { return static_cast<int32_t>(instrs_.size()); }
+  // Patches integer slot `k` of instruction `idx` (loop jump targets).
+  void patch(int32_t idx, int k, int64_t value);
+
+  // Liveness, SBUF/PSUM placement and operand resolution. Throws NkiError on capacity or
+  // overlap violations and on unbalanced loops.
+  void finalize();
+
+  // Binary form with a format version; deserialize() re-validates every instruction.
+  std::string serialize() const;
+  static std::shared_ptr<Program> deserialize(std::string_view bytes);
+
+  // Human-readable listing (one instruction per line), for debugging and tests.
+  std::string dump() const;
+
+  // Throws NkiError(kind "validation") for `in` (used by the checks).
+  [[noreturn]] void fail(const Instr& in, const std::string& msg, const std::string& rule) const;
+
+ private:
+  void verify(const Instr& in) const;
+  void verify_ap(const Instr& in, int k, const char* role) const;
+  void allocate();
+  void resolve();
+
+  Target target_;
+  std::vector<Buffer> buffers_;
+  std::vector<Instr> instrs_;
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, int32_t> string_index_;
+  std::vector<std::array<Phys, kMaxOperands>> phys_;
+  std::vector<int32_t> open_loops_;  // indices of unmatched LoopBegin/WhileBegin
+  int num_regs_ = 0;
+  int num_slots_ = 0;
+  bool finalized_ = false;
+  bool dynamic_ = false;
+};
+
+}  // namespace neuron::nki

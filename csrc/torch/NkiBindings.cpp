@@ -1,0 +1,360 @@
+// Python bindings of the NeuronCore model (torch_neuronx._C._nki): the program builder the NKI
+// tracer (python/nki) drives, synchronous execution on host memory (numpy / CPU tensors) and
+// asynchronous launch on a neuron device's current stream (one task per kernel call). Only
+// pybind11 and the lower layers are used here: the tracer hands over raw data pointers.
+#include "NkiBindings.h"
+
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <map>
+
+#include "nki/cost_model.h"
+#include "nki/error.h"
+#include "nki/executor.h"
+#include "nki/program.h"
+#include "runtime/runtime.h"
+#include "runtime/topology.h"
+
+namespace py = pybind11;
+
+namespace neuron::torch_glue {
+namespace {
+
+using nki::Program;
+
+// Raises nki._errors.NkiValidationError (an AssertionError) carrying
+// kind/instruction/location/rule.
+void translate_nki_error(const nki::NkiError& e) {
+  py::gil_scoped_acquire gil;
+  py::object cls;
+  try {
+    cls = py::module_::import("nki._errors").attr("NkiValidationError");
+  } catch (py::error_already_set&) {
+    PyErr_Clear();
+    PyErr_SetString(PyExc_AssertionError, e.what());
+    return;
+  }
+  py::object inst = cls(e.what());
+  inst.attr("kind") = e.kind();
+  inst.attr("instruction") = e.instruction();
+  inst.attr("location") = e.location();
+  inst.attr("rule") = e.rule();
+  PyErr_SetObject(cls.ptr(), inst.ptr());
+}
+
+nki::Ap to_ap(const py::handle& h) {
+  nki::Ap a;
+  if (h.is_none()) return a;
+  auto t = h.cast<py::tuple>();
+  if (t.size() != 7) throw std::invalid_argument("nki: malformed access pattern");
+  a.buf = t[0].cast<int32_t>();
+  const int dt = t[1].cast<int>();
+  if (dt < 0 || dt >= nki::kNumDTypes) throw std::invalid_argument("nki: invalid dtype code");
+  a.dtype = static_cast<nki::DT>(dt);
+  a.offset = t[2].cast<int64_t>();
+  auto steps = t[3].cast<std::vector<int64_t>>();
+  auto nums = t[4].cast<std::vector<int64_t>>();
+  if (steps.size() != nums.size() || steps.empty() || steps.size() > nki::kMaxApDims)
+    throw std::invalid_argument("nki: access patterns have 1 to 6 dimensions, got " +
+                                std::to_string(steps.size()));
+  a.ndim = static_cast<int8_t>(steps.size());
+  for (size_t d = 0; d < steps.size(); ++d) {
+    a.step[d] = steps[d];
+    a.num[d] = nums[d];
+  }
+  a.reg = static_cast<int16_t>(t[5].cast<int>());
+  a.reg_scale = t[6].cast<int64_t>();
+  return a;
+}
+
+// One HBM tensor of one kernel instance as the tracer binds it.
+struct PyBinding {
+  uintptr_t ptr = 0;
+  int64_t bytes = 0;
+  std::string name;
+  bool is_input = false;  // initialized by the caller
+  bool scratch = false;   // kernel-private HBM
+};
+
+struct Trace {
+  std::vector<nki::ExecRecord> records;
+  int64_t instructions = 0;
+};
+
+// Runs every instance of a launch in order, on one CoreState each (fresh checking shadows per
+// instance; HBM shadows are shared by pointer since instances share HBM).
+std::vector<std::shared_ptr<Trace>> run_all(const std::vector<std::shared_ptr<Program>>& progs,
+                                            const std::vector<std::vector<PyBinding>>& binds,
+                                            bool check, bool record, int64_t max_iters) {
+  std::map<uintptr_t, std::vector<uint8_t>> shadows;
+  std::vector<std::shared_ptr<Trace>> traces;
+  for (size_t i = 0; i < progs.size(); ++i) {
+    const Program& prog = *progs[i];
+    std::vector<nki::Binding> b;
+    for (const PyBinding& pb : binds[i]) {
+      nki::Binding x;
+      x.data = reinterpret_cast<uint8_t*>(pb.ptr);
+      x.bytes = pb.bytes;
+      x.name = pb.name;
+      x.scratch = pb.scratch;
+      if (check && !pb.is_input) {
+        auto& s = shadows[pb.ptr];
+        if (s.size() < static_cast<size_t>(pb.bytes)) s.assign(static_cast<size_t>(pb.bytes), 0);
+        x.def = s.data();
+      }
+      b.push_back(x);
+    }
+    nki::ExecOptions opt;
+    opt.check_uninit = check;
+    opt.record_trace = record;
+    opt.max_loop_iterations = max_iters;
+    nki::ExecReport rep;
+    auto core = nki::acquire_core(prog.target());
+    nki::execute(prog, *core, b, opt, &rep);
+    auto t = std::make_shared<Trace>();
+    t->records = std::move(rep.trace);
+    t->instructions = rep.instructions;
+    traces.push_back(std::move(t));
+  }
+  return traces;
+}
+
+std::vector<std::vector<PyBinding>> to_bindings(const py::list& per_instance) {
+  std::vector<std::vector<PyBinding>> out;
+  for (const auto& inst : per_instance) {
+    std::vector<PyBinding> v;
+    for (const auto& item : inst.cast<py::list>()) {
+      auto t = item.cast<py::tuple>();
+      PyBinding b;
+      b.ptr = t[0].cast<uintptr_t>();
+      b.bytes = t[1].cast<int64_t>();
+      b.name = t[2].cast<std::string>();
+      b.is_input = t[3].cast<bool>();
+      b.scratch = t[4].cast<bool>();
+      v.push_back(std::move(b));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+py::dict target_dict(const nki::Target& t) {
+  py::dict d;
+  d["nc_version"] = t.nc_version;
+  d["sbuf_bytes_per_partition"] = t.sbuf_bytes_per_partition;
+  d["psum_bytes_per_partition"] = t.psum_bytes_per_partition;
+  d["psum_banks"] = t.psum_banks;
+  d["partitions"] = t.partitions;
+  return d;
+}
+
+nki::Target target_from(const py::dict& d) {
+  nki::Target t;
+  t.nc_version = d["nc_version"].cast<int>();
+  t.sbuf_bytes_per_partition = d["sbuf_bytes_per_partition"].cast<int64_t>();
+  t.psum_bytes_per_partition = d["psum_bytes_per_partition"].cast<int64_t>();
+  t.psum_banks = d["psum_banks"].cast<int>();
+  t.partitions = d["partitions"].cast<int>();
+  if (t.partitions <= 0 || t.partitions > 128 || t.psum_banks <= 0 ||
+      t.sbuf_bytes_per_partition <= 0 || t.psum_bytes_per_partition <= 0)
+    throw std::invalid_argument("nki: invalid target");
+  return t;
+}
+
+}  // namespace
+
+void register_nki(py::module_& parent) {
+  py::module_ m = parent.def_submodule("_nki", "NeuronCore model behind the nki package");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const nki::NkiError& e) {
+      translate_nki_error(e);
+    }
+  });
+
+  // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
+  // the runtime.
+  m.def("default_target", [] {
+    const rt::Topology topo = rt::Topology::from_env(rt::read_topology_env());
+    nki::Target t;
+    t.nc_version = topo.profile.nc_version;
+    t.sbuf_bytes_per_partition = static_cast<int64_t>(topo.profile.sbuf_bytes_per_partition);
+    t.psum_bytes_per_partition = static_cast<int64_t>(topo.profile.psum_bytes_per_partition);
+    t.psum_banks = topo.profile.psum_banks;
+    t.partitions = topo.profile.sbuf_partitions;
+    py::dict d = target_dict(t);
+    d["lnc"] = topo.lnc;
+    d["instance_type"] = topo.profile.name;
+    return d;
+  });
+
+  py::class_<Trace, std::shared_ptr<Trace>>(m, "Trace")
+      .def_property_readonly("instructions", [](const Trace& t) { return t.instructions; })
+      .def("__len__", [](const Trace& t) { return t.records.size(); });
+
+  py::class_<nki::Estimate>(m, "Estimate")
+      .def_readonly("total_ns", &nki::Estimate::total_ns)
+      .def_readonly("instructions", &nki::Estimate::instructions)
+      .def_readonly("hbm_read_bytes", &nki::Estimate::hbm_read_bytes)
+      .def_readonly("hbm_write_bytes", &nki::Estimate::hbm_write_bytes)
+      .def_readonly("flops", &nki::Estimate::flops)
+      .def_readonly("events_truncated", &nki::Estimate::events_truncated)
+      .def_property_readonly(
+          "busy_ns",
+          [](const nki::Estimate& e) {
+            py::dict d;
+            for (int i = 0; i < nki::kNumEngines; ++i)
+              d[py::str(std::string(nki::engine_name(static_cast<nki::Engine>(i))))] = e.busy_ns[i];
+            return d;
+          })
+      .def_property_readonly("utilization", [](const nki::Estimate& e) {
+        py::dict d;
+        for (int i = 0; i < nki::kNumEngines; ++i) {
+          const auto en = static_cast<nki::Engine>(i);
+          d[py::str(std::string(nki::engine_name(en)))] = e.utilization(en);
+        }
+        return d;
+      });
+
+  py::class_<Program, std::shared_ptr<Program>>(m, "Program")
+      .def(py::init(
+          [](const py::dict& target) { return std::make_shared<Program>(target_from(target)); }))
+      .def_property_readonly("target", [](const Program& p) { return target_dict(p.target()); })
+      .def("intern", &Program::intern)
+      .def("add_buffer",
+           [](Program& p, int mem, int dtype, std::vector<int64_t> shape, std::string name,
+              int32_t loc, bool is_input, int32_t fixed_partition, int64_t fixed_offset) {
+             if (mem < 0 || mem > 2 || dtype < 0 || dtype >= nki::kNumDTypes)
+               throw std::invalid_argument("nki: invalid memory or dtype code");
+             nki::Buffer b;
+             b.mem = static_cast<nki::Mem>(mem);
+             b.dtype = static_cast<nki::DT>(dtype);
+             b.shape = std::move(shape);
+             b.name = std::move(name);
+             b.loc = loc;
+             b.is_input = is_input;
+             b.fixed_partition = fixed_partition;
+             b.fixed_offset = fixed_offset;
+             return p.add_buffer(std::move(b));
+           })
+      .def("add_register", &Program::add_register)
+      .def("add",
+           [](Program& p, int op, int engine, const py::list& aps, const std::vector<int64_t>& ints,
+              const std::vector<double>& floats, int32_t loc, int32_t api) {
+             if (op < 0 || op >= static_cast<int>(nki::Op::Count) || engine < 0 ||
+                 engine >= nki::kNumEngines)
+               throw std::invalid_argument("nki: invalid opcode or engine");
+             if (aps.size() > nki::kMaxOperands || ints.size() > nki::kNumInts ||
+                 floats.size() > nki::kNumFloats)
+               throw std::invalid_argument("nki: too many instruction operands");
+             nki::Instr in;
+             in.op = static_cast<nki::Op>(op);
+             in.engine = static_cast<nki::Engine>(engine);
+             for (const auto& a : aps) in.ap[in.nap++] = to_ap(a);
+             for (size_t k = 0; k < ints.size(); ++k) in.i[k] = ints[k];
+             for (size_t k = 0; k < floats.size(); ++k) in.f[k] = floats[k];
+             in.loc = loc;
+             in.api = api;
+             p.add(in);
+           })
+      .def("size", &Program::size)
+      .def("finalize", &Program::finalize)
+      .def_property_readonly("finalized", &Program::finalized)
+      .def_property_readonly("dynamic", &Program::dynamic)
+      .def_property_readonly("num_slots", &Program::num_slots)
+      .def("dump", &Program::dump)
+      .def("serialize", [](const Program& p) { return py::bytes(p.serialize()); })
+      .def_static("deserialize",
+                  [](const py::bytes& b) {
+                    std::string s = b;
+                    return Program::deserialize(s);
+                  })
+      .def("hbm_buffers",
+           [](const Program& p) {
+             py::list out;
+             for (const auto& b : p.buffers())
+               if (b.mem == nki::Mem::Hbm)
+                 out.append(py::make_tuple(b.slot, b.name, static_cast<int>(b.dtype), b.shape,
+                                           b.is_input, b.written, b.total_bytes));
+             return out;
+           })
+      .def("onchip_usage",
+           [](const Program& p) {
+             // Peak bytes per partition of live SBUF/PSUM tensors after placement.
+             int64_t sbuf = 0, psum = 0;
+             for (const auto& b : p.buffers()) {
+               if (b.addr < 0) continue;
+               if (b.mem == nki::Mem::Sbuf) sbuf = std::max(sbuf, b.addr + b.bytes_per_partition);
+               if (b.mem == nki::Mem::Psum) psum = std::max(psum, b.addr + b.bytes_per_partition);
+             }
+             return py::make_tuple(sbuf, psum);
+           })
+      .def(
+          "estimate",
+          [](const Program& p, std::shared_ptr<Trace> trace, size_t max_events) {
+            if (!p.finalized())
+              throw std::invalid_argument("nki: estimate needs a finalized program");
+            if (p.dynamic() && !trace)
+              throw std::invalid_argument(
+                  "nki: a program with runtime loops needs the trace of a run to be estimated");
+            py::gil_scoped_release nogil;
+            return nki::estimate(p, trace ? &trace->records : nullptr,
+                                 nki::CostParams::for_version(p.target().nc_version), max_events);
+          },
+          py::arg("trace") = nullptr, py::arg("max_events") = 0)
+      .def("timeline_json",
+           [](const Program& p, const nki::Estimate& e, int pid, const std::string& name,
+              double offset_ns) { return nki::timeline_json(p, e, pid, name, offset_ns); })
+      .def("cost_params", [](const Program& p) {
+        const auto c = nki::CostParams::for_version(p.target().nc_version);
+        py::dict d;
+        d["tensor_ghz"] = c.tensor_ghz;
+        d["vector_ghz"] = c.vector_ghz;
+        d["scalar_ghz"] = c.scalar_ghz;
+        d["gpsimd_ghz"] = c.gpsimd_ghz;
+        d["dma_engines"] = c.dma_engines;
+        d["dma_bytes_per_ns"] = c.dma_bytes_per_ns;
+        d["dma_fixed_ns"] = c.dma_fixed_ns;
+        d["peak_bf16_tflops"] = c.peak_bf16_tflops;
+        d["peak_fp8_tflops"] = c.peak_fp8_tflops;
+        d["peak_fp32_tflops"] = c.peak_fp32_tflops;
+        d["hbm_bytes_per_ns"] = c.hbm_bytes_per_ns;
+        return d;
+      });
+
+  // Synchronous execution on host memory. bindings: per instance, a list of
+  // (data_ptr, nbytes, name, is_input, is_scratch) indexed by HBM slot.
+  m.def(
+      "run",
+      [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, bool check,
+         bool record, int64_t max_iters) {
+        auto binds = to_bindings(bindings);
+        if (binds.size() != progs.size())
+          throw std::invalid_argument("nki: one binding list per program");
+        py::gil_scoped_release nogil;
+        return run_all(progs, binds, check, record, max_iters);
+      },
+      py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
+      py::arg("max_iterations") = int64_t{1} << 31);
+
+  // Asynchronous execution on device memory: one task on the current stream of `device`.
+  m.def(
+      "launch",
+      [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, int device,
+         const std::string& name, bool check, int64_t max_iters) {
+        auto binds = to_bindings(bindings);
+        if (binds.size() != progs.size())
+          throw std::invalid_argument("nki: one binding list per program");
+        rt::Runtime::get().device(device);  // validates the index
+        rt::Stream& stream = rt::current_stream(device);
+        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters] {
+          run_all(progs, binds, check, false, max_iters);
+        });
+      },
+      py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
+      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31);
+}
+
+}  // namespace neuron::torch_glue

@@ -1,0 +1,579 @@
+"""``nki.jit``: specialization (the kernel's Python runs once per argument signature, leaving a
+program of ISA instructions), trace caching, and execution of the program on numpy arrays,
+CPU tensors or neuron tensors (one task on the device's current stream)."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import itertools
+import logging
+import math
+import os
+import sys
+import threading
+
+from . import _cache, _tracer
+from . import _dtypes as dt
+from ._core import core, target
+from ._tensor import MemoryRegion, NkiTensor, new_tensor
+
+log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _is_tensor(x) -> bool:
+    t = _torch()
+    if t is not None and isinstance(x, t.Tensor):
+        return True
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
+def _framework(tensors) -> tuple[str, object]:
+    """("numpy" | "cpu" | "neuron" | "fake", device) of the tensor arguments."""
+    t = _torch()
+    kinds = set()
+    device = None
+    for x in tensors:
+        if t is not None and isinstance(x, t.Tensor):
+            from torch._subclasses.fake_tensor import FakeTensor
+
+            if isinstance(x, FakeTensor) or x.device.type == "meta" or _is_functional(x):
+                kinds.add("fake")
+                device = x.device
+            elif x.device.type == "neuron":
+                kinds.add("neuron")
+                if device is not None and device != x.device and "fake" not in kinds:
+                    raise ValueError(
+                        f"NKI kernel arguments are on different devices: {device} and {x.device}"
+                    )
+                device = x.device
+            elif x.device.type == "cpu":
+                kinds.add("cpu")
+            else:
+                raise ValueError(f"NKI kernels run on neuron or CPU tensors, got a tensor on {x.device}")
+        else:
+            kinds.add("numpy")
+    if "fake" in kinds:
+        return "fake", device
+    if len(kinds) > 1:
+        raise ValueError(f"NKI kernel arguments mix {sorted(kinds)} tensors; pass all on one device")
+    return (kinds.pop() if kinds else "numpy"), device
+
+
+def _is_functional(x) -> bool:
+    t = _torch()
+    try:
+        from torch._subclasses.functional_tensor import FunctionalTensor
+
+        return isinstance(x, FunctionalTensor)
+    except ImportError:  # pragma: no cover
+        return t is not None and False
+
+
+def _tensor_spec(x) -> tuple:
+    return ("T", tuple(int(s) for s in x.shape), str(dt.to_dtype(x.dtype)))
+
+
+def _freeze(v):
+    """Hashable, deterministic form of a constant argument (the specialization key)."""
+    if v is None or isinstance(v, (bool, int, float, str, bytes)):
+        return (type(v).__name__, v)
+    if isinstance(v, enum.Enum):
+        return ("enum", type(v).__qualname__, v.name)
+    if isinstance(v, dt.DType):
+        return ("dtype", str(v))
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_freeze(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((str(k), _freeze(x)) for k, x in v.items())))
+    if _is_tensor(v):
+        return _tensor_spec(v)
+    t = _torch()
+    if t is not None and isinstance(v, t.dtype):
+        return ("torch.dtype", str(v))
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(
+            f"NKI kernel argument {v!r} of type {type(v).__name__} is not a tensor or a hashable constant"
+        ) from None
+    return ("obj", type(v).__qualname__, repr(v))
+
+
+def _map_tensors(v, fn):
+    if _is_tensor(v):
+        return fn(v)
+    if isinstance(v, tuple):
+        return tuple(_map_tensors(x, fn) for x in v)
+    if isinstance(v, list):
+        return [_map_tensors(x, fn) for x in v]
+    if isinstance(v, dict):
+        return {k: _map_tensors(x, fn) for k, x in v.items()}
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class TracedKernel:
+    """The specialized form of a kernel for one argument signature: one finalized program per
+    grid instance, plus how its HBM tensors map to the launch's arguments and outputs."""
+
+    def __init__(self, programs: list, meta: dict):
+        self.programs = programs
+        self.meta = meta
+        self.checked = False
+        self.lock = threading.Lock()
+        self._static_estimates = None
+
+    def dump(self) -> str:
+        """The instructions of every instance (only ISA instructions remain after tracing)."""
+        out = []
+        for i, p in enumerate(self.programs):
+            if len(self.programs) > 1:
+                out.append(f"# instance {i}")
+            out.append(p.dump())
+        return "\n".join(out)
+
+    @property
+    def num_instructions(self) -> int:
+        return sum(p.size() for p in self.programs)
+
+
+class Kernel:
+    """A function decorated with ``@nki.jit``. Call it with numpy arrays, CPU tensors or neuron
+    tensors; ``kernel[grid](...)`` launches a grid (``nl.program_id`` tells instances apart)."""
+
+    def __init__(self, func, grid=(), options=None, _shared=None):
+        self.func = func
+        self.grid = grid
+        self.options = options or {}
+        self._sig = inspect.signature(func)
+        self._shared = (
+            _shared
+            if _shared is not None
+            else {
+                "cache": {},
+                "stats": {"traces": 0, "memory_hits": 0, "disk_hits": 0, "disk_stores": 0},
+                "lock": threading.Lock(),
+            }
+        )
+        functools.update_wrapper(self, func)
+
+    # -- grid ------------------------------------------------------------------------------------
+    def __getitem__(self, grid) -> Kernel:
+        if isinstance(grid, int):
+            grid = (grid,)
+        grid = tuple(int(g) for g in grid)
+        if not grid or any(g <= 0 for g in grid):
+            raise ValueError(f"launch grid must be positive ints, got {grid}")
+        return Kernel(self.func, grid, self.options, self._shared)
+
+    def __repr__(self) -> str:
+        g = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
+        return f"<nki.jit kernel {self.func.__qualname__}{g}>"
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    # -- cache -----------------------------------------------------------------------------------
+    def cache_info(self) -> dict:
+        """Counters: traces run, in-memory hits, disk (NKI_ENABLE_TRACE_CACHE) hits and stores."""
+        return dict(self._shared["stats"], entries=len(self._shared["cache"]))
+
+    def cache_clear(self) -> None:
+        self._shared["cache"].clear()
+
+    # -- call --------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if _tracer.active() is not None:  # a sub-kernel called while tracing: inline it
+            return self.func(*args, **kwargs)
+        traced, tensors, framework, device = self._specialize(args, kwargs)
+        if os.environ.get("NKI_SIMULATOR", "") == "1" and framework != "fake":
+            # Like the real NKI_SIMULATOR=1: run on the host, synchronously, with every check on.
+            if framework == "neuron":
+                import torch
+
+                torch.neuron.synchronize(device)
+            return _execute(self, traced, tensors, framework, device, check=True, host=True)
+        return _execute(self, traced, tensors, framework, device)
+
+    def specialize(self, *args, **kwargs) -> TracedKernel:
+        """Traces (or fetches from the caches) the program for these arguments without running it."""
+        return self._specialize(args, kwargs)[0]
+
+    def _bind(self, args, kwargs):
+        try:
+            bound = self._sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.func.__qualname__}: {e}") from None
+        bound.apply_defaults()
+        return bound
+
+    def _specialize(self, args, kwargs):
+        bound = self._bind(args, kwargs)
+        tensors: list = []
+        _map_tensors(tuple(bound.arguments.values()), lambda t: tensors.append(t) or t)
+        framework, device = _framework(tensors)
+        spec = tuple((name, _freeze(v)) for name, v in bound.arguments.items())
+        tgt = target()
+        key = (self.grid, spec, tuple(sorted((k, v) for k, v in tgt.items() if not isinstance(v, dict))))
+        shared = self._shared
+        stats = shared["stats"]
+        use_memory = os.environ.get("NKI_DISABLE_COMPILE_CACHE", "") != "1"
+        traced = shared["cache"].get(key) if use_memory else None
+        if traced is not None:
+            stats["memory_hits"] += 1
+            return traced, tensors, framework, device
+        with shared["lock"]:
+            traced = shared["cache"].get(key) if use_memory else None
+            if traced is None:
+                traced = self._load_or_trace(bound, tgt, spec)
+                if use_memory:
+                    shared["cache"][key] = traced
+            else:
+                stats["memory_hits"] += 1
+        return traced, tensors, framework, device
+
+    def _load_or_trace(self, bound, tgt: dict, spec) -> TracedKernel:
+        stats = self._shared["stats"]
+        disk_key = None
+        if _cache.enabled():
+            fp = _cache.source_fingerprint(self.func)
+            spec_s = repr(spec)
+            if fp is not None and " at 0x" not in spec_s:
+                disk_key = _cache.entry_key(fp, _version(), spec_s, self.grid, tgt)
+                hit = _cache.load(disk_key)
+                if hit is not None:
+                    meta, blobs = hit
+                    try:
+                        programs = [core().Program.deserialize(b) for b in blobs]
+                    except Exception as e:  # noqa: BLE001 - a stale or damaged entry: retrace
+                        log.warning("NKI trace cache entry unusable (%s); tracing again", e)
+                    else:
+                        stats["disk_hits"] += 1
+                        return TracedKernel(programs, meta)
+        traced = self._trace(bound, tgt)
+        stats["traces"] += 1
+        if disk_key is not None:
+            _cache.store(disk_key, traced.meta, [p.serialize() for p in traced.programs])
+            stats["disk_stores"] += 1
+        return traced
+
+    # -- tracing ----------------------------------------------------------------------------------
+    def _trace(self, bound, tgt: dict) -> TracedKernel:
+        grid = self.grid
+        instances = list(itertools.product(*[range(g) for g in grid])) if grid else [()]
+        programs, inst_meta = [], []
+        shared_specs = None
+        output = None
+        written_inputs: set[int] = set()
+        try:
+            def_file = inspect.getsourcefile(self.func) or "<unknown>"
+            def_line = inspect.getsourcelines(self.func)[1]
+        except (OSError, TypeError):
+            def_file, def_line = "<unknown>", 0
+        for pid in instances:
+            tr = _tracer.Trace(tgt, grid, pid, self.func.__qualname__)
+            with _tracer.tracing(tr):
+                tr.default_loc = tr.program.intern(f"{_tracer._short_path(def_file)}:{def_line}")
+                arg_index = itertools.count()
+
+                def to_nki(x, name, arg_index=arg_index):
+                    t = new_tensor(
+                        tuple(x.shape), dt.to_dtype(x.dtype), MemoryRegion.shared_hbm, name, is_input=True
+                    )
+                    t._b.slot_info.update(kind="in", arg=next(arg_index))
+                    return t
+
+                call = self._sig.bind(*bound.args, **bound.kwargs)
+                for name, v in list(call.arguments.items()):
+                    call.arguments[name] = _map_tensors(v, lambda x, n=name: to_nki(x, n))
+                ret = self.func(*call.args, **call.kwargs)
+                out = _output_structure(ret, tr, self.func.__qualname__)
+                tr.program.finalize()
+            slots = []
+            shared_here = []
+            for info in tr.hbm:
+                if info["kind"] == "in":
+                    slots.append({"kind": "in", "arg": info["arg"], "name": info["name"]})
+                elif info["kind"] == "shared":
+                    slots.append({"kind": "shared", "index": len(shared_here)})
+                    shared_here.append(
+                        {"shape": list(info["shape"]), "dtype": info["dtype"], "name": info["name"]}
+                    )
+                else:
+                    n = math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
+                    slots.append({"kind": "private", "bytes": max(n, 1), "name": info["name"]})
+            for slot, _name, _dt, _shape, is_input, written, _nb in tr.program.hbm_buffers():
+                if is_input and written:
+                    written_inputs.add(slots[slot]["arg"])
+            if shared_specs is None:
+                shared_specs, output = shared_here, out
+            else:
+                mine = [(s["shape"], s["dtype"]) for s in shared_here]
+                first = [(s["shape"], s["dtype"]) for s in shared_specs]
+                if mine != first:
+                    raise ValueError(
+                        f"{self.func.__qualname__}: grid instance {pid} allocates shared_hbm tensors {mine} but "
+                        f"instance {instances[0]} allocates {first}; every instance must allocate the same outputs"
+                    )
+            programs.append(tr.program)
+            inst_meta.append({"slots": slots, "pid": list(pid)})
+        meta = {
+            "name": self.func.__qualname__,
+            "grid": list(grid),
+            "instances": inst_meta,
+            "shared": shared_specs or [],
+            "output": output,
+            "written_inputs": sorted(written_inputs),
+        }
+        return TracedKernel(programs, meta)
+
+
+def _output_structure(ret, tr, name: str) -> dict:
+    def ref(t):
+        if not isinstance(t, NkiTensor):
+            raise TypeError(f"{name}: kernels return HBM tensors (or tuples of them), got {t!r}")
+        info = t._b.slot_info
+        if info is None:
+            raise TypeError(
+                f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs are HBM tensors "
+                "allocated with nl.ndarray(..., buffer=nl.shared_hbm)"
+            )
+        if info["kind"] == "private":
+            raise TypeError(
+                f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
+                "nl.shared_hbm"
+            )
+        if (
+            t.offset != 0
+            or t.shape != tuple(info["shape"])
+            or not t.is_contiguous()
+            or t.dtype != info["dtype"]
+        ):
+            raise TypeError(f"{name}: return the tensor '{t.name}' itself, not a view of it")
+        if info["kind"] == "in":
+            return ["in", info["arg"]]
+        idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
+        return ["shared", idx]
+
+    if ret is None:
+        return {"type": "none"}
+    if isinstance(ret, (tuple, list)):
+        return {"type": type(ret).__name__, "refs": [ref(t) for t in ret]}
+    return {"type": "single", "ref": ref(ret)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Execution
+
+
+def _check_mode() -> str:
+    v = os.environ.get("NEURON_EMU_NKI_CHECK", "first").strip().lower()
+    if v in ("0", "never", "off", "false"):
+        return "never"
+    if v in ("always", "2", "all"):
+        return "always"
+    return "first"
+
+
+def _max_iterations() -> int:
+    return int(os.environ.get("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", str(1 << 31)))
+
+
+class _Run:
+    """Buffers of one launch: arguments (contiguous), outputs and scratch, and the per-instance
+    binding lists the executor takes."""
+
+    def __init__(self, traced: TracedKernel, tensors: list, framework: str, device):
+        import numpy as np
+
+        self.framework = framework
+        meta = traced.meta
+        self.originals = tensors
+        self.args = []
+        self.copy_back = []
+        if framework == "numpy":
+            for i, a in enumerate(tensors):
+                dt.to_dtype(a.dtype)  # validates
+                c = np.ascontiguousarray(a)
+                if c is not a and i in meta["written_inputs"]:
+                    self.copy_back.append((a, c))
+                self.args.append(c)
+            self.shared = [
+                np.empty(s["shape"], dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"]))) for s in meta["shared"]
+            ]
+            self.private = [
+                [
+                    np.empty(s["bytes"], dtype=np.uint8) if s["kind"] == "private" else None
+                    for s in inst["slots"]
+                ]
+                for inst in meta["instances"]
+            ]
+        else:
+            import torch
+
+            dev = device if framework == "neuron" else torch.device("cpu")
+            for i, t in enumerate(tensors):
+                t = t.detach()
+                dt.to_dtype(t.dtype)
+                c = t if t.is_contiguous() else t.contiguous()
+                if c is not t and i in meta["written_inputs"]:
+                    self.copy_back.append((t, c))
+                self.args.append(c)
+            self.shared = [
+                torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=dev)
+                for s in meta["shared"]
+            ]
+            self.private = [
+                [
+                    torch.empty(s["bytes"], dtype=torch.uint8, device=dev) if s["kind"] == "private" else None
+                    for s in inst["slots"]
+                ]
+                for inst in meta["instances"]
+            ]
+
+    @staticmethod
+    def _ptr(x) -> tuple[int, int]:
+        if hasattr(x, "data_ptr"):
+            return x.data_ptr(), x.numel() * x.element_size()
+        return x.ctypes.data, x.nbytes
+
+    def bindings(self, traced: TracedKernel) -> list:
+        meta = traced.meta
+        out = []
+        for k, inst in enumerate(meta["instances"]):
+            lst = []
+            for j, s in enumerate(inst["slots"]):
+                if s["kind"] == "in":
+                    p, n = self._ptr(self.args[s["arg"]])
+                    lst.append((p, n, s.get("name", ""), True, False))
+                elif s["kind"] == "shared":
+                    p, n = self._ptr(self.shared[s["index"]])
+                    lst.append((p, n, meta["shared"][s["index"]]["name"], False, False))
+                else:
+                    p, n = self._ptr(self.private[k][j])
+                    lst.append((p, n, "", False, True))
+            out.append(lst)
+        return out
+
+    def finish(self) -> None:
+        for orig, c in self.copy_back:
+            if hasattr(orig, "copy_"):
+                orig.copy_(c)
+            else:
+                orig[...] = c
+
+    def outputs(self, traced: TracedKernel):
+        spec = traced.meta["output"]
+
+        def get(r):
+            return self.originals[r[1]] if r[0] == "in" else self.shared[r[1]]
+
+        if spec["type"] == "none":
+            return None
+        if spec["type"] == "single":
+            return get(spec["ref"])
+        vals = [get(r) for r in spec["refs"]]
+        return tuple(vals) if spec["type"] == "tuple" else vals
+
+
+def _fake_outputs(traced: TracedKernel, tensors: list, device):
+    import torch
+
+    meta = traced.meta
+    shared = [
+        torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device)
+        for s in meta["shared"]
+    ]
+    spec = meta["output"]
+
+    def get(r):
+        return tensors[r[1]] if r[0] == "in" else shared[r[1]]
+
+    if spec["type"] == "none":
+        return None
+    if spec["type"] == "single":
+        return get(spec["ref"])
+    vals = [get(r) for r in spec["refs"]]
+    return tuple(vals) if spec["type"] == "tuple" else vals
+
+
+def _want_check(traced: TracedKernel, force: bool | None) -> bool:
+    if force is not None:
+        return force
+    mode = _check_mode()
+    if mode == "never":
+        return False
+    if mode == "always" or traced.programs and any(p.dynamic for p in traced.programs):
+        return True
+    return not traced.checked
+
+
+def _execute(
+    kernel: Kernel,
+    traced: TracedKernel,
+    tensors: list,
+    framework: str,
+    device,
+    *,
+    check=None,
+    record=False,
+    host=False,
+):
+    """Runs a traced kernel. Returns the outputs (and the per-instance traces when `record`)."""
+    if framework == "fake":
+        return _fake_outputs(traced, tensors, device)
+    run = _Run(traced, tensors, framework, device)
+    bindings = run.bindings(traced)
+    want = _want_check(traced, check)
+    if framework == "neuron" and not host:
+        core().launch(
+            traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
+        )
+        traced.checked = traced.checked or want
+        run.finish()
+        return run.outputs(traced)
+    traces = core().run(traced.programs, bindings, want, record, _max_iterations())
+    traced.checked = traced.checked or want
+    run.finish()
+    outs = run.outputs(traced)
+    if record:
+        return outs, traces
+    return outs
+
+
+def jit(func=None, *, mode: str = "auto", platform_target=None, **options):
+    """Decorates an NKI kernel. Options of the real compiler (mode, debug_kernel,
+    show_compiler_tb, experimental_flags, ...) are accepted and ignored; the target comes from
+    NEURON_PLATFORM_TARGET_OVERRIDE or the instance profile."""
+    if platform_target is not None:
+        raise ValueError(
+            "nki.jit(platform_target=...) is not supported; set NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3"
+        )
+
+    def wrap(f):
+        if isinstance(f, Kernel):
+            return f
+        return Kernel(f, (), dict(options, mode=mode))
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,884 @@
+"""Trace-time tensors: ``NkiTensor`` is a view (an access pattern) into one allocated tensor in
+HBM, SBUF or PSUM. Every view operation (slicing, reshape, permute, broadcast, rearrange,
+``ap()``) is pure index arithmetic at specialization time and costs nothing at run time.
+Also the old-style index grids (``nl.arange(128)[:, None]``, ``nl.mgrid``) and masks, and
+virtual registers (runtime loop variables used as dynamic offsets)."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+import re
+
+from . import _dtypes as dt
+from ._tracer import MEM_HBM, MEM_PSUM, MEM_SBUF, current
+
+
+class MemoryRegion(enum.Enum):
+    """Where a tensor lives: on-chip ``sbuf``/``psum`` or device memory (``hbm``)."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    hbm = "hbm"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+    def __repr__(self) -> str:
+        return f"nl.{self.value}"
+
+    @property
+    def mem(self) -> int:
+        return {"sbuf": MEM_SBUF, "psum": MEM_PSUM}.get(self.value, MEM_HBM)
+
+
+class _Buffer:
+    """One allocated tensor of the program being traced."""
+
+    __slots__ = ("dtype", "id", "name", "region", "shape", "slot_info")
+
+    def __init__(self, id_: int, region: MemoryRegion, dtype: dt.DType, shape: tuple, name: str):
+        self.id = id_
+        self.region = region
+        self.dtype = dtype
+        self.shape = shape
+        self.name = name
+        self.slot_info = None
+
+    @property
+    def on_chip(self) -> bool:
+        return self.region in (MemoryRegion.sbuf, MemoryRegion.psum)
+
+
+def _row_major(shape) -> tuple:
+    steps, acc = [], 1
+    for s in reversed(shape):
+        steps.append(acc)
+        acc *= s
+    return tuple(reversed(steps))
+
+
+class VirtualRegister:
+    """A register value (runtime loop variable, value loaded from a tensor). Unknown while the
+    kernel is traced: use it as a dynamic offset (``nl.ds(i, n)``, ``t.ap(..., scalar_offset=i)``),
+    not in Python control flow."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id_: int):
+        self.id = id_
+
+    def _expr(self) -> RegExpr:
+        return RegExpr(self, 1, 0)
+
+    def __mul__(self, k):
+        return self._expr() * k
+
+    __rmul__ = __mul__
+
+    def __add__(self, k):
+        return self._expr() + k
+
+    __radd__ = __add__
+
+    def __sub__(self, k):
+        return self._expr() - k
+
+    def _unknown(self, *a):
+        raise TypeError(
+            "the value of a VirtualRegister is only known on the device: it cannot be used in Python "
+            "control flow or converted with int()/bool()/range() while the kernel is traced; "
+            "use nl.fori_loop / nl.while_loop and dynamic offsets (nl.ds(i, size))"
+        )
+
+    __bool__ = __int__ = __index__ = __float__ = __iter__ = _unknown  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"VirtualRegister(r{self.id})"
+
+
+class RegExpr:
+    """``reg * scale + bias`` in element units of the indexed dimension."""
+
+    __slots__ = ("bias", "reg", "scale")
+
+    def __init__(self, reg: VirtualRegister, scale: int, bias: int):
+        self.reg, self.scale, self.bias = reg, scale, bias
+
+    def __mul__(self, k):
+        if not isinstance(k, int):
+            return NotImplemented
+        return RegExpr(self.reg, self.scale * k, self.bias * k)
+
+    __rmul__ = __mul__
+
+    def __add__(self, k):
+        if not isinstance(k, int):
+            return NotImplemented
+        return RegExpr(self.reg, self.scale, self.bias + k)
+
+    __radd__ = __add__
+
+    def __sub__(self, k):
+        return self + (-k)
+
+    __bool__ = __int__ = __index__ = VirtualRegister._unknown  # type: ignore[assignment]
+
+
+class DynSlice:
+    """``nl.ds(start, size)``: ``size`` elements from ``start`` (an int or a register)."""
+
+    __slots__ = ("size", "start")
+
+    def __init__(self, start, size: int):
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"nl.ds: size must be a positive int, got {size!r}")
+        self.start, self.size = start, size
+
+    def __repr__(self) -> str:
+        return f"nl.ds({self.start!r}, {self.size})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Old-style index grids: nl.arange(n)[:, None] etc.
+
+
+class _Var:
+    __slots__ = ("axis", "ndim", "size")
+
+    def __init__(self, size: int, axis: int, ndim: int):
+        self.size, self.axis, self.ndim = size, axis, ndim
+
+
+class IndexExpr:
+    """An affine expression of index-grid variables: ``sum(coef * var) + const``."""
+
+    __slots__ = ("const", "terms")
+
+    def __init__(self, terms: dict, const: int = 0):
+        self.terms = terms
+        self.const = const
+
+    def __getitem__(self, key):
+        # Positions an arange on a grid axis: arange(n)[:, None] -> axis 0 of 2.
+        if len(self.terms) != 1:
+            raise IndexError("only a plain nl.arange(...) can be positioned with [:, None] / [None, :]")
+        ((var, coef),) = self.terms.items()
+        if not isinstance(key, tuple):
+            key = (key,)
+        axes = [i for i, k in enumerate(key) if isinstance(k, slice)]
+        if len(axes) != 1 or any(k is not None for i, k in enumerate(key) if i != axes[0]):
+            raise IndexError(f"index grid positioning expects one ':' and Nones, got {key!r}")
+        return IndexExpr({_Var(var.size, axes[0], len(key)): coef}, self.const)
+
+    def _combine(self, other, sign: int):
+        if isinstance(other, int):
+            return IndexExpr(dict(self.terms), self.const + sign * other)
+        if isinstance(other, IndexExpr):
+            terms = dict(self.terms)
+            for v, c in other.terms.items():
+                terms[v] = terms.get(v, 0) + sign * c
+            return IndexExpr({v: c for v, c in terms.items() if c}, self.const + sign * other.const)
+        return NotImplemented
+
+    def __add__(self, o):
+        return self._combine(o, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return self._combine(o, -1)
+
+    def __rsub__(self, o):
+        return (-self)._combine(o, 1)
+
+    def __neg__(self):
+        return IndexExpr({v: -c for v, c in self.terms.items()}, -self.const)
+
+    def __mul__(self, k):
+        if not isinstance(k, int):
+            return NotImplemented
+        return IndexExpr({v: c * k for v, c in self.terms.items() if c * k}, self.const * k)
+
+    __rmul__ = __mul__
+
+    def _cmp(self, op, value):
+        if not isinstance(value, (int, IndexExpr)):
+            return NotImplemented
+        return Mask([(self - value, op)])
+
+    def __lt__(self, v):
+        return self._cmp("<", v)
+
+    def __le__(self, v):
+        return self._cmp("<=", v)
+
+    def __gt__(self, v):
+        return self._cmp(">", v)
+
+    def __ge__(self, v):
+        return self._cmp(">=", v)
+
+    def range(self, restrict: dict | None = None) -> tuple[int, int]:
+        """Min and max value; `restrict` maps grid axes to (lo, hi) index ranges (a mask)."""
+        lo = hi = self.const
+        for v, c in self.terms.items():
+            a, b = (restrict or {}).get(v.axis, (0, v.size - 1))
+            x, y = c * a, c * b
+            lo += min(x, y)
+            hi += max(x, y)
+        return lo, hi
+
+
+class Mask:
+    """A conjunction of affine predicates ``expr (<, <=, >, >=) 0`` over index-grid variables."""
+
+    def __init__(self, preds: list):
+        self.preds = preds
+
+    def __and__(self, other: Mask) -> Mask:
+        if not isinstance(other, Mask):
+            return NotImplemented
+        return Mask(self.preds + other.preds)
+
+    def axis_ranges(self) -> dict[int, tuple[int, int]]:
+        """Per grid axis, the index range [lo, hi] the predicates allow (rectangular masks)."""
+        ranges: dict[int, tuple[int, int]] = {}
+        for expr, op in self.preds:
+            if len(expr.terms) != 1:
+                raise ValueError(
+                    "mask: only predicates on a single index variable (rectangular masks) are supported; "
+                    "use nisa.affine_select for triangular masks"
+                )
+            ((var, c),) = expr.terms.items()
+            # c * v + k (op) 0 is linear in v, so the allowed values form one interval.
+            k = expr.const
+            test = {
+                "<": lambda x: x < 0,
+                "<=": lambda x: x <= 0,
+                ">": lambda x: x > 0,
+                ">=": lambda x: x >= 0,
+            }[op]
+            ok = [v for v in range(var.size) if test(c * v + k)]
+            lo, hi = (ok[0], ok[-1]) if ok else (1, 0)
+            old = ranges.get(var.axis, (0, var.size - 1))
+            ranges[var.axis] = (max(old[0], lo), min(old[1], hi))
+        return ranges
+
+
+def arange(*args) -> IndexExpr:
+    r = range(*args)
+    if r.step != 1:
+        return IndexExpr({_Var(len(r), 0, 1): r.step}, r.start)
+    return IndexExpr({_Var(len(r), 0, 1): 1}, r.start)
+
+
+class _MGrid:
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        out = []
+        for axis, s in enumerate(key):
+            if not isinstance(s, slice):
+                raise IndexError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]")
+            r = range(s.start or 0, s.stop, s.step or 1)
+            out.append(IndexExpr({_Var(len(r), axis, len(key)): r.step}, r.start))
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+mgrid = _MGrid()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class NkiTensor:
+    """A tensor value while an NKI kernel is traced: a view of an allocated tensor.
+
+    For SBUF/PSUM tensors dim 0 is the partition dimension; it stays (with size 1) when indexed
+    with an int and cannot be moved by view operations.
+    """
+
+    __slots__ = ("_b", "_base", "_bounds", "_offset", "_reg", "_steps", "dtype", "shape")
+
+    def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False):
+        self._b = b
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self._offset = int(offset)
+        self._steps = tuple(int(s) for s in steps)
+        self._reg = reg  # (VirtualRegister, scale) or None
+        self._base = base
+        # Index-grid dimensions that exceed the tensor unless a mask restricts them:
+        # [(expr, dim_size, dim)], checked by _apply_mask / when the view is used.
+        self._bounds = None
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def buffer(self) -> MemoryRegion:
+        return self._b.region
+
+    @property
+    def name(self) -> str:
+        return self._b.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def strides(self) -> tuple:
+        return self._steps
+
+    @property
+    def on_chip(self) -> bool:
+        return self._b.on_chip
+
+    def __repr__(self) -> str:
+        return (
+            f"NkiTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
+        )
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self):
+        raise TypeError("NkiTensor is not iterable; index it with slices or nl.arange grids")
+
+    def __bool__(self):
+        raise TypeError("an NkiTensor has no truth value at trace time")
+
+    def _ap(self) -> tuple:
+        if self._bounds:
+            expr, size, d = self._bounds[0]
+            lo, hi = expr.range()
+            raise IndexError(
+                f"index expression covers {lo}..{hi} on dimension {d} of size {size} of '{self.name}' "
+                "(restrict it with mask=...)"
+            )
+        shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
+        reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
+        return (self._b.id, self.dtype.code, self._offset, steps, shape, reg, scale)
+
+    def _view(self, shape, steps, offset=None, reg="keep", dtype=None) -> NkiTensor:
+        return NkiTensor(
+            self._b,
+            shape,
+            dtype or self.dtype,
+            self._offset if offset is None else offset,
+            steps,
+            self._reg if reg == "keep" else reg,
+        )
+
+    def _check_partition_dim(self, what: str, dim: int) -> None:
+        if self.on_chip and dim == 0:
+            raise ValueError(
+                f"{what}: dim 0 of an on-chip tensor is the partition dimension and cannot change"
+            )
+
+    def _dim(self, d: int) -> int:
+        n = self.ndim
+        if not -n <= d < n:
+            raise IndexError(f"dimension {d} out of range for a tensor with {n} dimensions")
+        return d % n
+
+    # -- indexing ------------------------------------------------------------------------------
+    def __getitem__(self, idx):
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if any(isinstance(i, IndexExpr) for i in idx):
+            return self._index_grid(idx)
+        if Ellipsis in idx:
+            k = idx.index(Ellipsis)
+            fill = self.ndim - (len(idx) - 1 - sum(1 for i in idx if i is None))
+            idx = idx[:k] + (slice(None),) * fill + idx[k + 1 :]
+        nreal = sum(1 for i in idx if i is not None)
+        if nreal > self.ndim:
+            raise IndexError(f"too many indices ({nreal}) for a tensor of shape {self.shape}")
+        idx = idx + (slice(None),) * (self.ndim - nreal)
+        shape, steps, off, reg = [], [], self._offset, self._reg
+        d = 0
+        for item in idx:
+            if item is None:
+                if self.on_chip and not shape:
+                    raise IndexError("cannot insert a dimension before the partition dimension")
+                shape.append(1)
+                steps.append(0)
+                continue
+            n, st = self.shape[d], self._steps[d]
+            if isinstance(item, bool):
+                raise IndexError("boolean indices are not supported")
+            if isinstance(item, int):
+                i = item + n if item < 0 else item
+                if not 0 <= i < n:
+                    raise IndexError(
+                        f"index {item} is out of bounds for dimension {d} of size {n} (shape {self.shape})"
+                    )
+                off += i * st
+                if self.on_chip and d == 0:
+                    shape.append(1)
+                    steps.append(st)
+            elif isinstance(item, slice):
+                start, stop, step = item.start, item.stop, item.step
+                step = 1 if step is None else step
+                if step <= 0:
+                    raise IndexError("slice steps must be positive")
+                start = 0 if start is None else (start + n if start < 0 else start)
+                stop = n if stop is None else (stop + n if stop < 0 else stop)
+                if not (0 <= start < n) or stop > n or stop <= start:
+                    raise IndexError(
+                        f"slice {start}:{stop} is out of bounds or empty for dimension {d} of size {n} (shape {self.shape})"
+                    )
+                cnt = len(range(start, stop, step))
+                off += start * st
+                shape.append(cnt)
+                steps.append(st * step)
+            elif isinstance(item, DynSlice):
+                start = item.start
+                if isinstance(start, int):
+                    if not (0 <= start and start + item.size <= n):
+                        raise IndexError(f"nl.ds({start}, {item.size}) exceeds dimension {d} of size {n}")
+                    off += start * st
+                else:
+                    if isinstance(start, VirtualRegister):
+                        start = start._expr()
+                    if not isinstance(start, RegExpr):
+                        raise TypeError(f"nl.ds start must be an int or a VirtualRegister, got {start!r}")
+                    if reg is not None:
+                        raise IndexError("only one dynamic (register) offset per access")
+                    if item.size > n:
+                        raise IndexError(f"nl.ds(..., {item.size}) exceeds dimension {d} of size {n}")
+                    off += start.bias * st
+                    reg = (start.reg, start.scale * st)
+                shape.append(item.size)
+                steps.append(st)
+            else:
+                raise IndexError(f"unsupported index {item!r}")
+            d += 1
+        return NkiTensor(self._b, shape, self.dtype, off, steps, reg)
+
+    def _index_grid(self, idx) -> NkiTensor:
+        if len(idx) > self.ndim:
+            raise IndexError(f"too many indices ({len(idx)}) for a tensor of shape {self.shape}")
+        exprs = []
+        for i in idx:
+            if isinstance(i, int):
+                exprs.append(IndexExpr({}, i))
+            elif isinstance(i, IndexExpr):
+                exprs.append(i)
+            else:
+                raise IndexError(
+                    "index grids (nl.arange / nl.mgrid) cannot be mixed with slices in one index"
+                )
+        ndim = 0
+        for e in exprs:
+            for v in e.terms:
+                ndim = max(ndim, v.ndim)
+        sizes = [1] * ndim
+        steps = [0] * ndim
+        off = self._offset
+        pending = []
+        for d, e in enumerate(exprs):
+            lo, hi = e.range()
+            if lo < 0 or hi >= self.shape[d]:
+                pending.append((e, self.shape[d], d))
+            off += e.const * self._steps[d]
+            for v, c in e.terms.items():
+                if sizes[v.axis] not in (1, v.size):
+                    raise IndexError("two index variables of different sizes on the same grid axis")
+                sizes[v.axis] = v.size
+                steps[v.axis] += c * self._steps[d]
+        rest_shape = list(self.shape[len(exprs) :])
+        rest_steps = list(self._steps[len(exprs) :])
+        t = NkiTensor(self._b, sizes + rest_shape, self.dtype, off, steps + rest_steps, self._reg)
+        t._bounds = pending or None
+        return t
+
+    def __setitem__(self, idx, value) -> None:
+        from . import language as nl
+
+        nl._assign(self[idx], value)
+
+    # -- view operations -------------------------------------------------------------------------
+    def is_contiguous(self) -> bool:
+        return self._steps == _row_major(self.shape)
+
+    def get_pattern(self) -> list:
+        return [[s, n] for s, n in zip(self._steps, self.shape)]
+
+    def is_indirect(self) -> bool:
+        return False
+
+    def permute(self, *dims) -> NkiTensor:
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        dims = tuple(self._dim(d) for d in dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of {self.ndim} dimensions")
+        if self.on_chip and dims[0] != 0:
+            raise ValueError("permute: the partition dimension (dim 0) of an on-chip tensor must stay first")
+        return self._view([self.shape[d] for d in dims], [self._steps[d] for d in dims])
+
+    def transpose(self, *dims) -> NkiTensor:
+        return self.permute(*dims) if dims else self.permute(*reversed(range(self.ndim)))
+
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        d = self._dim(dim)
+        self._check_partition_dim("broadcast", d)
+        if self.shape[d] != 1:
+            raise ValueError(
+                f"broadcast: dimension {d} has size {self.shape[d]}, only size-1 dimensions broadcast"
+            )
+        shape, steps = list(self.shape), list(self._steps)
+        shape[d], steps[d] = size, 0
+        return self._view(shape, steps)
+
+    def expand_dim(self, dim: int) -> NkiTensor:
+        d = dim + self.ndim + 1 if dim < 0 else dim
+        if not 0 <= d <= self.ndim:
+            raise IndexError(f"expand_dim: position {dim} out of range")
+        if self.on_chip and d == 0:
+            raise ValueError("expand_dim: cannot insert before the partition dimension")
+        shape, steps = list(self.shape), list(self._steps)
+        shape.insert(d, 1)
+        steps.insert(d, 0)
+        return self._view(shape, steps)
+
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        d = self._dim(dim)
+        self._check_partition_dim("squeeze_dim", d)
+        if self.shape[d] != 1:
+            raise ValueError(f"squeeze_dim: dimension {d} has size {self.shape[d]}")
+        return self._view(self.shape[:d] + self.shape[d + 1 :], self._steps[:d] + self._steps[d + 1 :])
+
+    def reshape_dim(self, dim: int, shape) -> NkiTensor:
+        d = self._dim(dim)
+        shape = tuple(shape)
+        if math.prod(shape) != self.shape[d]:
+            raise ValueError(f"reshape_dim: {shape} does not have {self.shape[d]} elements")
+        if self.on_chip and d == 0 and len(shape) != 1:
+            raise ValueError("reshape_dim: the partition dimension cannot be split")
+        inner = _row_major(shape)
+        steps = [s * self._steps[d] for s in inner]
+        return self._view(
+            self.shape[:d] + shape + self.shape[d + 1 :],
+            self._steps[:d] + tuple(steps) + self._steps[d + 1 :],
+        )
+
+    def flatten_dims(self, start: int = 0, end: int = -1) -> NkiTensor:
+        s, e = self._dim(start), self._dim(end)
+        if s > e:
+            raise ValueError("flatten_dims: start must not exceed end")
+        if self.on_chip and s == 0 and e > 0:
+            raise ValueError("flatten_dims: the partition dimension cannot be merged with free dimensions")
+        for k in range(s, e):
+            if self._steps[k] != self._steps[k + 1] * self.shape[k + 1]:
+                raise ValueError(f"flatten_dims: dimensions {s}..{e} are not contiguous in memory")
+        n = math.prod(self.shape[s : e + 1])
+        return self._view(
+            self.shape[:s] + (n,) + self.shape[e + 1 :],
+            self._steps[:s] + (self._steps[e],) + self._steps[e + 1 :],
+        )
+
+    def reshape(self, *shape) -> NkiTensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = list(shape)
+        if shape.count(-1) > 1:
+            raise ValueError("reshape: at most one -1")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = self.size // known if known else 0
+        if math.prod(shape) != self.size:
+            raise ValueError(f"reshape: cannot view {self.shape} ({self.size} elements) as {tuple(shape)}")
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                raise ValueError(
+                    f"reshape: the partition dimension of an on-chip tensor stays {self.shape[0]} (got {shape[0]})"
+                )
+            free = self._view(self.shape[1:], self._steps[1:])
+            inner = free._reshape_steps(shape[1:])
+            return self._view(shape, (self._steps[0],) + inner)
+        return self._view(shape, self._reshape_steps(shape))
+
+    def _reshape_steps(self, new_shape) -> tuple:
+        # Groups of old dimensions that are contiguous with each other can be regrouped freely.
+        old = [(n, s) for n, s in zip(self.shape, self._steps) if n != 1]
+        groups = []
+        for n, s in old:
+            if groups and groups[-1][1] == s * n:
+                groups[-1] = [groups[-1][0] * n, s]
+            else:
+                groups.append([n, s])
+        out = []
+        gi = 0
+        remaining = groups[0][0] if groups else 1
+        for n in new_shape:
+            if n == 1:
+                out.append(0)
+                continue
+            while gi < len(groups) and remaining == 1:
+                gi += 1
+                remaining = groups[gi][0] if gi < len(groups) else 1
+            if gi >= len(groups) or remaining % n != 0:
+                raise ValueError(
+                    f"reshape: a view with shape {self.shape} and strides {self._steps} cannot be reshaped to "
+                    f"{tuple(new_shape)} without a copy"
+                )
+            remaining //= n
+            out.append(groups[gi][1] * remaining)
+        return tuple(out)
+
+    def rearrange(self, pattern: str, **sizes) -> NkiTensor:
+        lhs, rhs = (p.strip() for p in pattern.split("->"))
+        lgroups, rgroups = _parse_einops(lhs), _parse_einops(rhs)
+        if len(lgroups) != self.ndim:
+            raise ValueError(
+                f"rearrange: '{lhs}' names {len(lgroups)} dimensions, the tensor has {self.ndim}"
+            )
+        # Split every input group into its named axes.
+        t = self
+        axis_names: list[str] = []
+        d = 0
+        for g in lgroups:
+            if len(g) > 1:
+                known = {n: sizes[n] for n in g if n in sizes}
+                if len(known) < len(g) - 1:
+                    raise ValueError(f"rearrange: give sizes for all but one of {g}")
+                rest = t.shape[d] // math.prod(known.values())
+                split = [known.get(n, rest) for n in g]
+                t = t.reshape_dim(d, split)
+            axis_names += g
+            d += len(g)
+        flat_r = [n for g in rgroups for n in g]
+        if sorted(flat_r) != sorted(axis_names):
+            raise ValueError(f"rearrange: '{rhs}' must use exactly the axes of '{lhs}'")
+        t = t.permute(*[axis_names.index(n) for n in flat_r])
+        for d, g in enumerate(rgroups):
+            if len(g) > 1:
+                t = t.flatten_dims(d, d + len(g) - 1)
+        return t
+
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        idx = [slice(None)] * self.ndim
+        idx[self._dim(dim)] = slice(start, end, step)
+        return self[tuple(idx)]
+
+    def select(self, dim: int, index) -> NkiTensor:
+        d = self._dim(dim)
+        idx = [slice(None)] * self.ndim
+        if isinstance(index, int):
+            idx[d] = index
+            return self[tuple(idx)]
+        idx[d] = DynSlice(index, 1)
+        v = self[tuple(idx)]
+        return v if (self.on_chip and d == 0) else v.squeeze_dim(d)
+
+    def view(self, dtype) -> NkiTensor:
+        new = dt.to_dtype(dtype)
+        if new.itemsize == self.dtype.itemsize:
+            return self._view(self.shape, self._steps, dtype=new)
+        if self.ndim == 0 or self._steps[-1] != 1:
+            raise ValueError(
+                "view(dtype): the innermost dimension must be contiguous to change the element size"
+            )
+        num, den = self.dtype.itemsize, new.itemsize
+        if (self.shape[-1] * num) % den or (self._offset * num) % den:
+            raise ValueError(f"view(dtype): {self.shape} {self.dtype} does not tile evenly into {new}")
+        steps = [s * num // den for s in self._steps[:-1]] + [1]
+        shape = list(self.shape[:-1]) + [self.shape[-1] * num // den]
+        if any((s * num) % den for s in self._steps[:-1]):
+            raise ValueError(f"view(dtype): strides of {self.shape} do not convert to {new}")
+        return self._view(shape, steps, offset=self._offset * num // den, dtype=new)
+
+    reinterpret_cast = view
+
+    def ap(
+        self,
+        pattern,
+        offset: int = 0,
+        scalar_offset=None,
+        vector_offset=None,
+        indirect_dim: int = 0,
+        dtype=None,
+    ):
+        if vector_offset is not None:
+            raise NotImplementedError(
+                "ap(vector_offset=...) (indirect per-partition offsets) is not supported by neuron-emu"
+            )
+        b = self._b
+        new_dt = dt.to_dtype(dtype) if dtype is not None else b.dtype
+        pattern = [tuple(int(x) for x in p) for p in pattern]
+        if not pattern or any(len(p) != 2 for p in pattern):
+            raise ValueError("ap: pattern is a list of [step, num] pairs")
+        reg = None
+        if scalar_offset is not None:
+            e = scalar_offset._expr() if isinstance(scalar_offset, VirtualRegister) else scalar_offset
+            if not isinstance(e, RegExpr):
+                raise TypeError("ap: scalar_offset must be a VirtualRegister (e.g. a fori_loop variable)")
+            if not 0 <= indirect_dim < len(pattern):
+                raise IndexError("ap: indirect_dim out of range")
+            st = pattern[indirect_dim][0]
+            offset += e.bias * st
+            reg = (e.reg, e.scale * st)
+        return NkiTensor(b, [p[1] for p in pattern], new_dt, offset, [p[0] for p in pattern], reg)
+
+    # -- old-style helpers ----------------------------------------------------------------------
+    def broadcast_to(self, shape) -> NkiTensor:
+        from . import language as nl
+
+        return nl.broadcast_to(self, shape)
+
+    def astype(self, dtype) -> NkiTensor:
+        from . import language as nl
+
+        return nl.copy(self, dtype=dtype)
+
+    # -- arithmetic (nki.language convenience ops) --------------------------------------------
+    def _bin(self, other, name, reverse=False):
+        from . import language as nl
+
+        fn = getattr(nl, name)
+        return fn(other, self) if reverse else fn(self, other)
+
+    def __add__(self, o):
+        return self._bin(o, "add")
+
+    def __radd__(self, o):
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o):
+        return self._bin(o, "subtract")
+
+    def __rsub__(self, o):
+        return self._bin(o, "subtract", True)
+
+    def __mul__(self, o):
+        return self._bin(o, "multiply")
+
+    def __rmul__(self, o):
+        return self._bin(o, "multiply", True)
+
+    def __truediv__(self, o):
+        return self._bin(o, "divide")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "divide", True)
+
+    def __pow__(self, o):
+        return self._bin(o, "power")
+
+    def __mod__(self, o):
+        return self._bin(o, "mod")
+
+    def __and__(self, o):
+        return self._bin(o, "bitwise_and")
+
+    def __or__(self, o):
+        return self._bin(o, "bitwise_or")
+
+    def __xor__(self, o):
+        return self._bin(o, "bitwise_xor")
+
+    def __lshift__(self, o):
+        return self._bin(o, "left_shift")
+
+    def __rshift__(self, o):
+        return self._bin(o, "right_shift")
+
+    def __lt__(self, o):
+        return self._bin(o, "less")
+
+    def __le__(self, o):
+        return self._bin(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._bin(o, "greater")
+
+    def __ge__(self, o):
+        return self._bin(o, "greater_equal")
+
+    def __neg__(self):
+        from . import language as nl
+
+        return nl.negative(self)
+
+    def __abs__(self):
+        from . import language as nl
+
+        return nl.abs(self)
+
+    def __invert__(self):
+        from . import language as nl
+
+        return nl.invert(self)
+
+    def _inplace(self, o, name):
+        from . import language as nl
+
+        getattr(nl, name)(self, o, _dst=self)
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace(o, "add")
+
+    def __isub__(self, o):
+        return self._inplace(o, "subtract")
+
+    def __imul__(self, o):
+        return self._inplace(o, "multiply")
+
+    def __itruediv__(self, o):
+        return self._inplace(o, "divide")
+
+    __hash__ = object.__hash__
+
+
+def _parse_einops(side: str) -> list[list[str]]:
+    groups = []
+    for m in re.finditer(r"\(([^)]*)\)|(\S+)", side):
+        groups.append(m.group(1).split() if m.group(1) is not None else [m.group(2)])
+    return groups
+
+
+def new_tensor(
+    shape, dtype, buffer: MemoryRegion, name: str = "", address=None, is_input: bool = False
+) -> NkiTensor:
+    """Allocates a tensor in the program being traced."""
+    tr = current()
+    if isinstance(buffer, str):
+        raise TypeError(
+            f"buffer={buffer!r}: use nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm (strings are not accepted)"
+        )
+    if not isinstance(buffer, MemoryRegion):
+        raise TypeError(f"buffer must be an nl memory region (nl.sbuf, nl.psum, ...), got {buffer!r}")
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(s) for s in shape)
+    dtype = dt.to_dtype(dtype)
+    counter = tr.__dict__.setdefault("_names", itertools.count())
+    if not name:
+        name = f"{buffer.value}_{next(counter)}"
+    fixed_p, fixed_f = -1, -1
+    if address is not None:
+        if buffer not in (MemoryRegion.sbuf, MemoryRegion.psum):
+            raise ValueError("address= places SBUF/PSUM tensors only")
+        fixed_p, fixed_f = (int(a) for a in address)
+    if buffer in (MemoryRegion.sbuf, MemoryRegion.psum) and len(shape) < 1:
+        raise ValueError("on-chip tensors need at least one dimension")
+    loc = tr.loc()
+    bid = tr.program.add_buffer(buffer.mem, dtype.code, list(shape), name, loc, is_input, fixed_p, fixed_f)
+    b = _Buffer(bid, buffer, dtype, shape, name)
+    if buffer.mem == MEM_HBM:
+        kind = "in" if is_input else ("shared" if buffer == MemoryRegion.shared_hbm else "private")
+        b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
+        tr.hbm.append(b.slot_info)
+    return NkiTensor(b, shape, dtype, 0, _row_major(shape), base=True)

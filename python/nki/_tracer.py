@@ -1,0 +1,244 @@
+"""Trace-time state: the program being built for one kernel instance, source locations, and
+the instruction emitter every ``nki.isa`` / ``nki.language`` call goes through.
+
+The codes below mirror the C++ enums in csrc/nki (program.h, alu.h); instr_layout.md there
+documents the operand slots of every opcode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+from ._core import core
+
+# neuron::nki::Op
+OP = {
+    name: i
+    for i, name in enumerate(
+        [
+            "DmaCopy",
+            "TensorCopy",
+            "Memset",
+            "Iota",
+            "TensorTensor",
+            "TensorScalar",
+            "ScalarTensorTensor",
+            "TensorReduce",
+            "PartitionReduce",
+            "Activation",
+            "Reciprocal",
+            "TensorTensorScan",
+            "TensorScalarReduce",
+            "Matmul",
+            "Transpose",
+            "AffineSelect",
+            "SelectReduce",
+            "CopyPredicated",
+            "BnStats",
+            "BnAggr",
+            "Max8",
+            "RegMove",
+            "RegLoad",
+            "RegStore",
+            "LoopBegin",
+            "LoopEnd",
+            "WhileBegin",
+            "WhileEnd",
+            "TensorScalarCumulative",
+            "RangeSelect",
+        ]
+    )
+}
+# neuron::nki::Engine
+ENGINE = {"tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3, "dma": 4, "sync": 5}
+# neuron::nki::Mem
+MEM_HBM, MEM_SBUF, MEM_PSUM = 0, 1, 2
+# neuron::nki::Alu
+ALU = {
+    name: i
+    for i, name in enumerate(
+        [
+            "bypass",
+            "add",
+            "subtract",
+            "multiply",
+            "divide",
+            "maximum",
+            "minimum",
+            "abs_max",
+            "abs_min",
+            "power",
+            "mod",
+            "fmod",
+            "equal",
+            "not_equal",
+            "less",
+            "less_equal",
+            "greater",
+            "greater_equal",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "left_shift",
+            "right_shift",
+        ]
+    )
+}
+# neuron::nki::Act
+ACT = {
+    name: i
+    for i, name in enumerate(
+        [
+            "copy",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "gelu",
+            "gelu_apprx_tanh",
+            "gelu_apprx_sigmoid",
+            "gelu_dx",
+            "gelu_apprx_sigmoid_dx",
+            "silu",
+            "silu_dx",
+            "softplus",
+            "mish",
+            "erf",
+            "erf_dx",
+            "reciprocal",
+            "sin",
+            "cos",
+            "tan",
+            "arctan",
+            "square",
+            "abs",
+            "sign",
+            "negative",
+            "ceil",
+            "floor",
+            "trunc",
+            "logical_not",
+            "invert",
+        ]
+    )
+}
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_TORCH_NEURONX_DIR = os.path.join(os.path.dirname(_PKG_DIR), "torch_neuronx")
+
+
+class TraceError(Exception):
+    pass
+
+
+class Trace:
+    """The program of one kernel instance while its Python meta-code runs."""
+
+    def __init__(self, target: dict, grid: tuple, pid: tuple, kernel_name: str):
+        self.target = target
+        self.grid = grid
+        self.pid = pid
+        self.kernel_name = kernel_name
+        self.program = core().Program({k: target[k] for k in _TARGET_KEYS})
+        self.loc_cache: dict[tuple, int] = {}
+        self.api: str | None = None
+        self.hbm: list[dict] = []  # per HBM slot: {"kind": "in"/"shared"/"private", ...}
+        self.psum_written: dict[int, list[tuple[int, int]]] = {}
+        self.loop_depth = 0
+        self.default_loc = -1
+
+    def loc(self) -> int:
+        """Index of the kernel source location that is executing (first frame outside nki)."""
+        f = sys._getframe(1)
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not fn.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
+                key = (fn, f.f_lineno)
+                idx = self.loc_cache.get(key)
+                if idx is None:
+                    idx = self.program.intern(f"{_short_path(fn)}:{f.f_lineno}")
+                    self.loc_cache[key] = idx
+                return idx
+            f = f.f_back
+        return self.default_loc
+
+
+_TARGET_KEYS = (
+    "nc_version",
+    "sbuf_bytes_per_partition",
+    "psum_bytes_per_partition",
+    "psum_banks",
+    "partitions",
+)
+
+
+def _short_path(fn: str) -> str:
+    try:
+        rel = os.path.relpath(fn)
+    except ValueError:
+        return fn
+    return rel if not rel.startswith("..") else fn
+
+
+_state = threading.local()
+
+
+def current() -> Trace:
+    tr = getattr(_state, "trace", None)
+    if tr is None:
+        raise TraceError(
+            "this NKI API can only be called while an @nki.jit kernel is being traced "
+            "(call the kernel, e.g. kernel(a, b), instead of calling the API directly)"
+        )
+    return tr
+
+
+def active() -> Trace | None:
+    return getattr(_state, "trace", None)
+
+
+@contextlib.contextmanager
+def tracing(tr: Trace):
+    prev = getattr(_state, "trace", None)
+    _state.trace = tr
+    try:
+        yield tr
+    finally:
+        _state.trace = prev
+
+
+@contextlib.contextmanager
+def api(name: str):
+    """Marks instructions emitted inside as coming from nki.language.<name> (outermost wins)."""
+    tr = current()
+    outer = tr.api
+    if outer is None:
+        tr.api = name
+    try:
+        yield
+    finally:
+        tr.api = outer
+
+
+def emit(op: str, engine: str, aps, ints=(), floats=(), api_name: str | None = None) -> None:
+    tr = current()
+    name = api_name or tr.api
+    api_idx = tr.program.intern(name) if name else -1
+    tr.program.add(
+        OP[op],
+        ENGINE[engine],
+        [None if a is None else a._ap() for a in aps],
+        [int(x) for x in ints],
+        [float(x) for x in floats],
+        tr.loc(),
+        api_idx,
+    )

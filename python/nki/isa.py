@@ -1,0 +1,818 @@
+"""nki.isa: one call is one NeuronCore instruction. Every instruction takes its destination
+first (``dst=``); the older style that omits ``dst`` and returns a new tile is accepted too.
+The hardware rules of each instruction are checked by the C++ model when it is emitted (see
+csrc/nki/program.cpp); a violation raises NkiValidationError at the kernel line."""
+
+from __future__ import annotations
+
+import enum
+
+from . import _dtypes as _dt
+from . import _tracer
+from . import language as nl
+from ._errors import NkiValidationError
+from ._tensor import IndexExpr, Mask, NkiTensor, VirtualRegister
+from ._tracer import ACT, ALU, emit
+
+
+class engine(enum.Enum):
+    tensor = "tensor"
+    vector = "vector"
+    scalar = "scalar"
+    gpsimd = "gpsimd"
+    dma = "dma"
+    sync = "sync"
+    unknown = "unknown"
+
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class reduce_cmd(enum.IntEnum):
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(enum.IntEnum):
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.IntEnum):
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(enum.IntEnum):
+    none = 0
+    double_row = 1
+
+
+class nc_version(enum.IntEnum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class dma_engine(enum.Enum):
+    dma = "dma"
+    gpsimd_dma = "gpsimd_dma"
+
+
+class NkiInstruction:
+    """Handle of an emitted instruction (scheduling hints only: the emulator's schedule already
+    honours every data dependency)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def depends_on(self, *others) -> NkiInstruction:
+        return self
+
+
+def get_nc_version() -> nc_version:
+    tr = _tracer.active()
+    if tr is not None:
+        return nc_version(tr.target["nc_version"])
+    from ._core import target
+
+    return nc_version(target()["nc_version"])
+
+
+def get_nc_sub_version() -> int:
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Operand helpers
+
+_NP_NAMES = {
+    "true_divide": "divide",
+    "amax": "maximum",
+    "amin": "minimum",
+    "max": "maximum",
+    "min": "minimum",
+    "fmax": "maximum",
+    "fmin": "minimum",
+    "sum": "add",
+    "prod": "multiply",
+    "absolute": "abs",
+    "arctan": "arctan",
+    "negative": "negative",
+    "logical_not": "logical_not",
+}
+
+
+def _alu(op, what="op") -> int:
+    if op is None:
+        return -1
+    name = getattr(op, "_nki_alu", None)
+    if name is None:
+        name = getattr(op, "__name__", op if isinstance(op, str) else None)
+        name = _NP_NAMES.get(name, name)
+    if name not in ALU:
+        raise ValueError(
+            f"{what}={op!r} is not an ALU operator (nl.add, nl.subtract, nl.multiply, nl.maximum, ...)"
+        )
+    return ALU[name]
+
+
+def _act(op) -> int:
+    name = getattr(op, "_nki_act", None)
+    if name is None:
+        name = getattr(op, "__name__", op if isinstance(op, str) else None)
+        name = _NP_NAMES.get(name, name)
+        if name == "identity":
+            name = "copy"
+    if name not in ACT:
+        raise ValueError(f"op={op!r} is not an activation function (nl.exp, nl.tanh, nl.gelu, nl.copy, ...)")
+    return ACT[name]
+
+
+def _engine(e, default: str) -> str:
+    if e is None or e == engine.unknown:
+        return default
+    if isinstance(e, engine):
+        return e.value
+    raise ValueError(f"engine={e!r}")
+
+
+def _dst(dst, shape, dtype, buffer=None) -> tuple:
+    """(dst tensor, True if allocated here)."""
+    if dst is not None:
+        if not isinstance(dst, NkiTensor):
+            raise TypeError(f"dst must be a tensor, got {dst!r}")
+        return dst, False
+    return nl.ndarray(nl._tile_shape(shape), dtype, buffer or nl.sbuf), True
+
+
+def _result(dst, allocated):
+    if allocated:
+        return dst
+    return NkiInstruction(_tracer.current().program.size() - 1)
+
+
+def _scalar_or_vec(x):
+    """(tensor or None, immediate)."""
+    if isinstance(x, NkiTensor):
+        return (x if x.ndim == 2 else x._view((x.shape[0], 1), (x.strides[0], 1))), 0.0
+    if x is None:
+        return None, 0.0
+    if isinstance(x, (bool, int, float)):
+        return None, float(x)
+    raise TypeError(f"expected a scalar or a [partition, 1] tile, got {x!r}")
+
+
+def _psum_accumulate(dst: NkiTensor) -> bool:
+    """accumulate=None: the first nc_matmul into a PSUM region overwrites, later ones add."""
+    tr = _tracer.current()
+    lo = dst.offset
+    hi = dst.offset + sum((n - 1) * s for n, s in zip(dst.shape, dst.strides))
+    ranges = tr.psum_written.setdefault(dst._b.id, [])
+    hit = any(a <= hi and lo <= b for a, b in ranges)
+    ranges.append((lo, hi))
+    return hit
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+
+
+def dma_copy(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    priority=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    engine=engine.unknown,
+    name=None,
+    **kwargs,
+):
+    """Copies src to dst with the DMA engines (HBM<->SBUF, HBM->HBM, SBUF->SBUF; not PSUM).
+    Differing dtypes are converted through fp32."""
+    if src is None:
+        raise TypeError("dma_copy: src is required")
+    dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
+    emit("DmaCopy", "dma", [dst, src], [int(oob_mode), int(dge_mode), 0])
+    return _result(dst, alloc)
+
+
+def dma_transpose(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    axes=None,
+    priority=None,
+    dge_mode=dge_mode.unknown,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+):
+    """A DMA that permutes dimensions while copying (2-D: swap; 3-D: [2,1,0]; 4-D: [3,1,2,0])."""
+    if src.dtype.itemsize not in (2, 4):
+        raise NkiValidationError(
+            f"nki.isa.dma_transpose: dtype {src.dtype} [rule: DMA transpose moves 2- or 4-byte elements]"
+        )
+    if axes is None:
+        axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
+        if axes is None:
+            raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
+    view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
+    dst, alloc = _dst(dst, view.shape, src.dtype)
+    emit("DmaCopy", "dma", [dst, view], [int(oob_mode), int(dge_mode), 1])
+    return _result(dst, alloc)
+
+
+def tensor_copy(
+    dst: NkiTensor = None, src: NkiTensor = None, engine=engine.unknown, name=None, dtype=None, **kwargs
+):
+    """Copies an on-chip tile (bit-exact when dtypes match, else through fp32)."""
+    dst, alloc = _dst(dst, src.shape, dtype or src.dtype)
+    emit("TensorCopy", _engine(engine, "vector"), [dst, src])
+    return _result(dst, alloc)
+
+
+def memset(
+    dst: NkiTensor = None, value=0, engine=engine.unknown, name=None, dtype=None, shape=None, **kwargs
+):
+    """Fills dst with a constant."""
+    if isinstance(dst, (tuple, list)):  # old style memset(shape, value, dtype)
+        shape, dst = dst, None
+    if dst is None:
+        dst = nl.ndarray(shape, dtype, nl.sbuf)
+        alloc = True
+    else:
+        alloc = False
+    emit("Memset", _engine(engine, "vector"), [dst], [], [float(value)])
+    return _result(dst, alloc)
+
+
+def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pred=False, name=None):
+    """dst = predicate ? src : dst, elementwise (src may be a scalar)."""
+    s, imm = (src, 0.0) if isinstance(src, NkiTensor) else (None, float(src))
+    emit("CopyPredicated", "vector", [dst, s, predicate], [int(bool(reverse_pred))], [imm])
+    return NkiInstruction(_tracer.current().program.size() - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor Engine
+
+
+def nc_matmul(
+    dst: NkiTensor = None,
+    stationary: NkiTensor = None,
+    moving: NkiTensor = None,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=matmul_perf_mode.none,
+    name=None,
+    **kwargs,
+):
+    """dst (PSUM, fp32) = stationary.T @ moving, contracting over the partition dimension.
+    accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
+    if isinstance(dst, NkiTensor) and stationary is not None and moving is None and dst.buffer != nl.psum:
+        dst, stationary, moving = None, dst, stationary  # old style nc_matmul(stationary, moving)
+    if stationary is None or moving is None:
+        raise TypeError("nc_matmul: stationary and moving are required")
+    double = int(perf_mode) == matmul_perf_mode.double_row
+    m = (stationary.size // stationary.shape[0]) // (2 if double else 1)
+    n = (moving.size // moving.shape[0]) // (2 if double else 1)
+    out_dt = (
+        stationary.dtype if (is_transpose and stationary.dtype in (nl.bfloat16, nl.float16)) else nl.float32
+    )
+    dst, alloc = _dst(dst, (m, n), out_dt, nl.psum)
+    dst_v = dst if dst.ndim == 2 else dst.reshape((dst.shape[0], dst.size // dst.shape[0]))
+    if accumulate is None:
+        acc = _psum_accumulate(dst_v) if dst.buffer == nl.psum else False
+    else:
+        acc = bool(accumulate)
+        _psum_accumulate(dst_v) if dst.buffer == nl.psum else None
+    emit("Matmul", "tensor", [dst_v, stationary, moving], [int(acc), int(bool(is_transpose)), int(double)])
+    return _result(dst, alloc)
+
+
+def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.unknown, name=None, **kwargs):
+    """Swaps the partition and free dimensions: Tensor Engine (up to 128x128, SBUF -> PSUM) or
+    Vector Engine (up to 32x32)."""
+    if data is None and isinstance(dst, NkiTensor):
+        dst, data = None, dst
+    f = data.size // data.shape[0]
+    d2 = data if data.ndim == 2 else data.reshape((data.shape[0], f))
+    if engine in (None, globals()["engine"].unknown):
+        small = data.shape[0] <= 32 and f <= 32
+        eng = "vector" if (small and (dst is None or dst.buffer == nl.sbuf)) else "tensor"
+    else:
+        eng = _engine(engine, "tensor")
+    out_dt = data.dtype if eng == "vector" or data.dtype in (nl.bfloat16, nl.float16) else nl.float32
+    dst, alloc = _dst(
+        dst, (f, data.shape[0]), kwargs.get("dtype") or out_dt, nl.psum if eng == "tensor" else nl.sbuf
+    )
+    emit("Transpose", eng, [dst, d2])
+    return _result(dst, alloc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector / Scalar / GpSimd Engine
+
+
+def tensor_tensor(
+    dst: NkiTensor = None,
+    data1: NkiTensor = None,
+    data2: NkiTensor = None,
+    op=None,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """dst = data1 op data2, elementwise (fp32 math; bitvec operators on integer bits)."""
+    code = _alu(op)
+    out_dt = dtype or _dt.promote(data1.dtype, data2.dtype)
+    dst, alloc = _dst(dst, data1.shape, out_dt)
+    default = "vector"
+    if (
+        code == ALU["power"]
+        or all(_dt.to_dtype(t.dtype) in (nl.int32, nl.uint32) for t in (dst, data1, data2))
+        and not any(t.buffer == nl.psum for t in (dst, data1, data2))
+    ):
+        default = "gpsimd"
+    emit("TensorTensor", _engine(engine, default), [dst, data1, data2], [code])
+    return _result(dst, alloc)
+
+
+def tensor_scalar(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """dst = (data op0 operand0) op1 operand1; operands are scalars or [partition, 1] vectors
+    broadcast along the free dimension."""
+    v0, i0 = _scalar_or_vec(operand0)
+    v1, i1 = _scalar_or_vec(operand1)
+    dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
+    emit(
+        "TensorScalar",
+        _engine(engine, "vector"),
+        [dst, data, v0, v1],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
+        [i0, i1],
+    )
+    return _result(dst, alloc)
+
+
+def scalar_tensor_tensor(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    op1=None,
+    operand1: NkiTensor = None,
+    reverse0=False,
+    reverse1=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """dst = (data op0 operand0) op1 operand1 with operand1 a tile."""
+    v0, i0 = _scalar_or_vec(operand0)
+    dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
+    emit(
+        "ScalarTensorTensor",
+        "vector",
+        [dst, data, v0, operand1],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
+        [i0],
+    )
+    return _result(dst, alloc)
+
+
+def _axis_mask(axis, ndim) -> int:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    m = 0
+    for a in axes:
+        a = a + ndim if a < 0 else a
+        m |= 1 << a
+    return m
+
+
+def tensor_reduce(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    axis=None,
+    negate=False,
+    keepdims=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """Reduces the trailing free axes `axis` of data (never the partition axis)."""
+    if axis is None:
+        raise TypeError("tensor_reduce: axis is required")
+    mask = _axis_mask(axis, data.ndim)
+    if dst is None:
+        kept = tuple(
+            1 if (mask >> d) & 1 else n for d, n in enumerate(data.shape) if keepdims or not (mask >> d) & 1
+        )
+        dst, alloc = _dst(None, kept, dtype or data.dtype)
+    else:
+        alloc = False
+    emit("TensorReduce", "vector", [dst, data], [_alu(op), mask, int(bool(negate))])
+    return _result(dst, alloc)
+
+
+def tensor_partition_reduce(
+    dst: NkiTensor = None, op=None, data: NkiTensor = None, name=None, dtype=None, **kwargs
+):
+    """Reduces across partitions (GpSimd Engine): dst[0, :] = op over p of data[p, :]."""
+    dst, alloc = _dst(dst, (1,) + tuple(data.shape[1:]), dtype or data.dtype)
+    emit("PartitionReduce", "gpsimd", [dst, data], [_alu(op)])
+    return _result(dst, alloc)
+
+
+def activation(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    reduce_cmd=reduce_cmd.idle,
+    engine=engine.unknown,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """Scalar Engine: dst = op(data * scale + bias), with an optional sum of the results along
+    the free dimension into reduce_res (reduce_cmd controls the reduction registers; passing
+    reduce_res with the default idle command resets and reduces)."""
+    bvec, bimm = _scalar_or_vec(bias)
+    svec, simm = _scalar_or_vec(scale)
+    if svec is None and scale is None:
+        simm = 1.0
+    dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
+    rcmd = int(reduce_cmd)
+    if reduce_res is not None and rcmd == reduce_cmd.idle:
+        rcmd = reduce_cmd.reset_reduce
+    rop = (
+        _alu(reduce_op, "reduce_op")
+        if reduce_op is not None
+        else (ALU["add"] if reduce_res is not None else -1)
+    )
+    rres = (
+        reduce_res
+        if reduce_res is None or reduce_res.ndim == 2
+        else reduce_res._view((reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
+    )
+    emit(
+        "Activation",
+        _engine(engine, "scalar"),
+        [dst, data, bvec, svec, rres],
+        [_act(op), rop, rcmd],
+        [simm, bimm],
+    )
+    return _result(dst, alloc)
+
+
+def activation_reduce(
+    dst: NkiTensor = None,
+    op=None,
+    data: NkiTensor = None,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    bias=None,
+    scale=1.0,
+    name=None,
+    **kwargs,
+):
+    """activation + reduction of the results into reduce_res (reset_reduce)."""
+    return activation(
+        dst=dst,
+        op=op,
+        data=data,
+        bias=bias,
+        scale=scale,
+        reduce_op=reduce_op,
+        reduce_res=reduce_res,
+        reduce_cmd=reduce_cmd.reset_reduce,
+        **kwargs,
+    )
+
+
+def reciprocal(
+    dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=engine.unknown, dtype=None, **kwargs
+):
+    """dst = 1 / data (Vector Engine for small tiles, Scalar Engine for large ones)."""
+    dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
+    f = data.size // data.shape[0]
+    emit("Reciprocal", _engine(engine, "vector" if f < 64 else "scalar"), [dst, data])
+    return _result(dst, alloc)
+
+
+def tensor_tensor_scan(
+    dst: NkiTensor = None,
+    data0: NkiTensor = None,
+    data1: NkiTensor = None,
+    initial=0.0,
+    op0=None,
+    op1=None,
+    reverse0=False,
+    reverse1=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """Per partition: r[0] = (data0[0] op0 initial) op1 data1[0]; r[i] = (data0[i] op0 r[i-1]) op1 data1[i]."""
+    ivec, iimm = _scalar_or_vec(initial)
+    dst, alloc = _dst(dst, data0.shape, dtype or _dt.promote(data0.dtype, data1.dtype))
+    emit(
+        "TensorTensorScan",
+        "vector",
+        [dst, data0, data1, ivec],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
+        [iimm],
+    )
+    return _result(dst, alloc)
+
+
+def tensor_scalar_reduce(
+    dst: NkiTensor = None,
+    data: NkiTensor = None,
+    op0=None,
+    operand0=None,
+    reduce_op=None,
+    reduce_res: NkiTensor = None,
+    reverse0=False,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_init=None,
+    reduce_res_negate=False,
+    name=None,
+    dtype=None,
+    **kwargs,
+):
+    """tensor_scalar with one operator plus a reduction of the results into reduce_res."""
+    if reduce_res is None:
+        return tensor_scalar(dst=dst, data=data, op0=op0, operand0=operand0, reverse0=reverse0, dtype=dtype)
+    v0, i0 = _scalar_or_vec(operand0)
+    dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
+    rres = (
+        reduce_res
+        if reduce_res.ndim == 2
+        else reduce_res._view((reduce_res.shape[0], 1), (reduce_res.strides[0], 1))
+    )
+    emit(
+        "TensorScalarReduce",
+        "vector",
+        [dst, data, v0, rres],
+        [_alu(op0, "op0"), _alu(reduce_op, "reduce_op"), int(bool(reverse0)), int(bool(reduce_res_negate))],
+        [i0],
+    )
+    return _result(dst, alloc)
+
+
+def _pattern_ints(pattern) -> list:
+    pattern = [tuple(int(v) for v in p) for p in pattern]
+    if not 1 <= len(pattern) <= 4 or any(len(p) != 2 for p in pattern):
+        raise ValueError(f"pattern must be 1 to 4 [step, num] pairs, got {pattern!r}")
+    ints = [len(pattern)]
+    for step, num in pattern:
+        ints += [step, num]
+    ints += [0, 0] * (4 - len(pattern))
+    return ints
+
+
+def _expr_pattern(expr: IndexExpr, ndim: int):
+    """Old-style affine index expression -> (pattern, channel_multiplier, offset)."""
+    cm = 0
+    axes = {}
+    for v, c in expr.terms.items():
+        if v.axis == 0:
+            cm += c
+        else:
+            axes[v.axis] = (c, v.size)
+    pattern = [[axes.get(a, (0, 1))[0], axes.get(a, (0, 1))[1]] for a in range(1, max(ndim, 2))]
+    return pattern, cm, expr.const
+
+
+def iota(
+    dst: NkiTensor = None, pattern=None, offset=0, channel_multiplier=0, name=None, dtype=None, **kwargs
+):
+    """GpSimd: dst[p, ...] = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
+    if isinstance(dst, IndexExpr) or isinstance(pattern, IndexExpr):  # old style iota(expr, dtype)
+        expr = dst if isinstance(dst, IndexExpr) else pattern
+        nd = max([v.ndim for v in expr.terms] or [2])
+        pattern, channel_multiplier, offset = _expr_pattern(expr, nd)
+        shape = [1] * nd
+        for v in expr.terms:
+            shape[v.axis] = v.size
+        dst = nl.ndarray(tuple(shape), dtype or kwargs.get("dtype") or nl.int32, nl.sbuf)
+        alloc = True
+    else:
+        alloc = False
+    ints = _pattern_ints(pattern) + [int(offset), int(channel_multiplier)]
+    emit("Iota", "gpsimd", [dst], ints)
+    return _result(dst, alloc)
+
+
+_CMP_NAMES = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+
+
+def affine_select(
+    dst: NkiTensor = None,
+    pattern=None,
+    channel_multiplier=0,
+    on_true_tile: NkiTensor = None,
+    on_false_value=0.0,
+    cmp_op=None,
+    offset=0,
+    name=None,
+    pred=None,
+    dtype=None,
+    **kwargs,
+):
+    """GpSimd: dst = cmp_op(affine_value, 0) ? on_true_tile : on_false_value, where
+    affine_value = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
+    if isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask):  # old style
+        m = pred if pred is not None else (pattern if isinstance(pattern, Mask) else dst)
+        if len(m.preds) != 1:
+            raise ValueError("affine_select: the old-style predicate must be a single comparison")
+        expr, op = m.preds[0]
+        src = on_true_tile
+        pattern, channel_multiplier, offset = _expr_pattern(expr, src.ndim)
+        cmp_op = nl.__dict__[_CMP_NAMES[op]]
+        dst = None
+    if on_true_tile is None:
+        raise TypeError("affine_select: on_true_tile is required")
+    dst, alloc = _dst(dst, on_true_tile.shape, dtype or on_true_tile.dtype)
+    cmp = _alu(cmp_op if cmp_op is not None else nl.equal, "cmp_op")
+    ints = _pattern_ints(pattern) + [int(offset), int(channel_multiplier), cmp]
+    emit("AffineSelect", "gpsimd", [dst, on_true_tile], ints, [float(on_false_value)])
+    return _result(dst, alloc)
+
+
+def select_reduce(
+    dst: NkiTensor = None,
+    predicate: NkiTensor = None,
+    on_true: NkiTensor = None,
+    on_false=0.0,
+    reduce_res: NkiTensor = None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=None,
+    reverse_pred=False,
+    name=None,
+    **kwargs,
+):
+    """dst = predicate ? on_true : on_false, optionally max-reducing the result into reduce_res."""
+    fvec, fimm = _scalar_or_vec(on_false)
+    dst, alloc = _dst(dst, on_true.shape, on_true.dtype)
+    emit(
+        "SelectReduce",
+        "vector",
+        [dst, predicate, on_true, fvec, reduce_res],
+        [
+            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            int(reduce_cmd),
+            int(bool(reverse_pred)),
+        ],
+        [fimm],
+    )
+    return _result(dst, alloc)
+
+
+def tensor_scalar_cumulative(
+    dst: NkiTensor = None,
+    src: NkiTensor = None,
+    op0=None,
+    op1=None,
+    imm0=None,
+    imm1=None,
+    reduce_cmd=reduce_cmd.idle,
+    reverse0=False,
+    name=None,
+    **kwargs,
+):
+    """Per partition: reg = op1(src[i] op0 imm0, reg); dst[i] = reg. reduce_cmd reset_reduce
+    starts from the identity of op1, load_reduce from imm1, reduce continues the Vector
+    Engine's accumulator."""
+    v0, i0 = _scalar_or_vec(imm0)
+    v1, i1 = _scalar_or_vec(imm1)
+    dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
+    emit(
+        "TensorScalarCumulative",
+        "vector",
+        [dst, src, v0, v1],
+        [_alu(op0, "op0"), _alu(op1, "op1"), int(reduce_cmd), int(bool(reverse0))],
+        [i0, i1],
+    )
+    return _result(dst, alloc)
+
+
+def range_select(
+    dst: NkiTensor = None,
+    on_true_tile: NkiTensor = None,
+    comp_op0=None,
+    comp_op1=None,
+    bound0: NkiTensor = None,
+    bound1: NkiTensor = None,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_res: NkiTensor = None,
+    reduce_op=None,
+    range_start=0,
+    on_false_value=-3.4028234663852886e38,
+    name=None,
+    **kwargs,
+):
+    """dst[p, i] = on_true_tile[p, i] if comp_op0(i + range_start, bound0[p]) and
+    comp_op1(i + range_start, bound1[p]) else on_false_value (default: the most negative fp32),
+    with an optional max-reduction of the result into reduce_res (NeuronCore-v3+)."""
+    b0, _ = _scalar_or_vec(bound0)
+    b1, _ = _scalar_or_vec(bound1)
+    if b0 is None or b1 is None:
+        raise TypeError("range_select: bound0 and bound1 are [partition, 1] tiles")
+    dst, alloc = _dst(dst, on_true_tile.shape, kwargs.get("dtype") or on_true_tile.dtype)
+    rres = reduce_res
+    if rres is not None and rres.ndim != 2:
+        rres = rres._view((rres.shape[0], 1), (rres.strides[0], 1))
+    emit(
+        "RangeSelect",
+        "vector",
+        [dst, on_true_tile, b0, b1, rres],
+        [
+            _alu(comp_op0, "comp_op0"),
+            _alu(comp_op1, "comp_op1"),
+            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            int(reduce_cmd),
+        ],
+        [float(range_start), float(on_false_value)],
+    )
+    return _result(dst, alloc)
+
+
+def bn_stats(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
+    """Per partition (count, mean, var*count) of the even and of the odd elements (6 values)."""
+    dst, alloc = _dst(dst, (data.shape[0], 6), dtype or nl.float32)
+    emit("BnStats", "vector", [dst, data])
+    return _result(dst, alloc)
+
+
+def bn_aggr(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
+    """Aggregates bn_stats outputs into (mean, variance) per partition."""
+    dst, alloc = _dst(dst, (data.shape[0], 2), dtype or nl.float32)
+    emit("BnAggr", "vector", [dst, data])
+    return _result(dst, alloc)
+
+
+def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
+    """The 8 largest values of each partition, descending."""
+    dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
+    emit("Max8", "vector", [dst, src])
+    return _result(dst, alloc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registers
+
+
+def register_alloc(x: int | None = None) -> VirtualRegister:
+    tr = _tracer.current()
+    r = VirtualRegister(tr.program.add_register())
+    if x is not None:
+        emit("RegMove", "sync", [], [r.id, -1, int(x)])
+    return r
+
+
+def register_move(dst: VirtualRegister, src) -> None:
+    if isinstance(src, VirtualRegister):
+        emit("RegMove", "sync", [], [dst.id, src.id, 0])
+    else:
+        emit("RegMove", "sync", [], [dst.id, -1, int(src)])
+
+
+def register_load(dst: VirtualRegister, src: NkiTensor) -> None:
+    emit("RegLoad", "sync", [src], [dst.id])
+
+
+def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
+    emit("RegStore", "sync", [dst], [src.id])

@@ -1,0 +1,394 @@
+// The NeuronCore model without Python: programs built by hand, executed on host arrays and
+// compared with plain loops; hardware-rule violations; uninitialized reads; serialization;
+// the cost model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "nki/cost_model.h"
+#include "nki/error.h"
+#include "nki/executor.h"
+#include "nki/program.h"
+
+namespace nki = neuron::nki;
+using nki::Ap;
+using nki::DT;
+using nki::Instr;
+using nki::Op;
+
+namespace {
+
+Ap ap(int32_t buf, DT dt, int64_t off, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
+  Ap a;
+  a.buf = buf;
+  a.dtype = dt;
+  a.offset = off;
+  for (auto [s, n] : dims) {
+    a.step[a.ndim] = s;
+    a.num[a.ndim] = n;
+    ++a.ndim;
+  }
+  return a;
+}
+
+int32_t buffer(nki::Program& p, nki::Mem m, DT dt, std::vector<int64_t> shape,
+               const std::string& name, bool input = false) {
+  nki::Buffer b;
+  b.mem = m;
+  b.dtype = dt;
+  b.shape = std::move(shape);
+  b.name = name;
+  b.is_input = input;
+  b.loc = p.intern("kernel.py:" + std::to_string(10 + p.buffers().size()));
+  return p.add_buffer(std::move(b));
+}
+
+Instr instr(nki::Program& p, Op op, nki::Engine e, std::initializer_list<Ap> aps, int line) {
+  Instr in;
+  in.op = op;
+  in.engine = e;
+  for (const Ap& a : aps) in.ap[in.nap++] = a;
+  in.loc = p.intern("kernel.py:" + std::to_string(line));
+  return in;
+}
+
+nki::Binding bind(std::vector<float>& v) {
+  nki::Binding b;
+  b.data = reinterpret_cast<uint8_t*>(v.data());
+  b.bytes = static_cast<int64_t>(v.size() * 4);
+  return b;
+}
+
+std::vector<float> randn(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// dst[P, F] = a + b through SBUF, the quickstart kernel.
+std::shared_ptr<nki::Program> add_program(int64_t P, int64_t F, DT tile_dt) {
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int a = buffer(*p, nki::Mem::Hbm, DT::Float32, {P, F}, "a", true);
+  const int b = buffer(*p, nki::Mem::Hbm, DT::Float32, {P, F}, "b", true);
+  const int c = buffer(*p, nki::Mem::Hbm, DT::Float32, {P, F}, "c");
+  const int ta = buffer(*p, nki::Mem::Sbuf, tile_dt, {P, F}, "a_tile");
+  const int tb = buffer(*p, nki::Mem::Sbuf, tile_dt, {P, F}, "b_tile");
+  const int tc = buffer(*p, nki::Mem::Sbuf, tile_dt, {P, F}, "c_tile");
+  auto full = [&](int buf, DT dt) { return ap(buf, dt, 0, {{F, P}, {1, F}}); };
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(ta, tile_dt), full(a, DT::Float32)}, 20));
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(tb, tile_dt), full(b, DT::Float32)}, 21));
+  Instr tt = instr(*p, Op::TensorTensor, nki::Engine::Vector,
+                   {full(tc, tile_dt), full(ta, tile_dt), full(tb, tile_dt)}, 22);
+  tt.i[0] = static_cast<int64_t>(nki::Alu::Add);
+  p->add(tt);
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {full(c, DT::Float32), full(tc, tile_dt)}, 23));
+  p->finalize();
+  return p;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const nki::NkiError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(NkiCore, TensorAddFp32IsExact) {
+  auto prog = add_program(128, 512, DT::Float32);
+  auto a = randn(128 * 512, 1), b = randn(128 * 512, 2);
+  std::vector<float> c(a.size(), -1.0f);
+  auto core = nki::acquire_core(prog->target());
+  nki::ExecOptions opt;
+  opt.check_uninit = true;
+  nki::execute(*prog, *core, {bind(a), bind(b), bind(c)}, opt, nullptr);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c[i], a[i] + b[i]) << i;
+}
+
+TEST(NkiCore, Bf16TilesRoundLikeHardware) {
+  auto prog = add_program(64, 100, DT::BFloat16);
+  std::vector<float> a(6400, 1.0f), b(6400, 1.0f / 512), c(6400);
+  auto core = nki::acquire_core(prog->target());
+  nki::execute(*prog, *core, {bind(a), bind(b), bind(c)}, {}, nullptr);
+  // 1 + 2^-9 is not representable in bf16 (8 mantissa bits): rounds to 1.
+  for (float x : c) ASSERT_EQ(x, 1.0f);
+}
+
+TEST(NkiCore, MatmulMatchesLoops) {
+  for (DT dt : {DT::Float32, DT::BFloat16}) {
+    const int64_t K = 96, M = 80, N = 300;
+    auto p = std::make_shared<nki::Program>(nki::Target{});
+    const int lhsT = buffer(*p, nki::Mem::Hbm, DT::Float32, {K, M}, "lhsT", true);
+    const int rhs = buffer(*p, nki::Mem::Hbm, DT::Float32, {K, N}, "rhs", true);
+    const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {M, N}, "out");
+    const int s = buffer(*p, nki::Mem::Sbuf, dt, {K, M}, "s");
+    const int m = buffer(*p, nki::Mem::Sbuf, dt, {K, N}, "m");
+    const int ps = buffer(*p, nki::Mem::Psum, DT::Float32, {M, N}, "ps");
+    const int r = buffer(*p, nki::Mem::Sbuf, DT::Float32, {M, N}, "r");
+    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+                 {ap(s, dt, 0, {{M, K}, {1, M}}), ap(lhsT, DT::Float32, 0, {{M, K}, {1, M}})}, 1));
+    p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+                 {ap(m, dt, 0, {{N, K}, {1, N}}), ap(rhs, DT::Float32, 0, {{N, K}, {1, N}})}, 2));
+    p->add(instr(*p, Op::Matmul, nki::Engine::Tensor,
+                 {ap(ps, DT::Float32, 0, {{N, M}, {1, N}}), ap(s, dt, 0, {{M, K}, {1, M}}),
+                  ap(m, dt, 0, {{N, K}, {1, N}})},
+                 3));
+    p->add(instr(
+        *p, Op::TensorCopy, nki::Engine::Vector,
+        {ap(r, DT::Float32, 0, {{N, M}, {1, N}}), ap(ps, DT::Float32, 0, {{N, M}, {1, N}})}, 4));
+    p->add(instr(
+        *p, Op::DmaCopy, nki::Engine::Dma,
+        {ap(out, DT::Float32, 0, {{N, M}, {1, N}}), ap(r, DT::Float32, 0, {{N, M}, {1, N}})}, 5));
+    p->finalize();
+    auto A = randn(static_cast<size_t>(K * M), 3), B = randn(static_cast<size_t>(K * N), 4);
+    std::vector<float> C(static_cast<size_t>(M * N));
+    auto core = nki::acquire_core(p->target());
+    nki::ExecOptions opt;
+    opt.check_uninit = true;
+    nki::execute(*p, *core, {bind(A), bind(B), bind(C)}, opt, nullptr);
+    auto round = [&](float x) {
+      return dt == DT::BFloat16 ? static_cast<float>(neuron::kernels::bf16(x)) : x;
+    };
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double ref = 0;
+        for (int64_t k = 0; k < K; ++k)
+          ref += static_cast<double>(round(A[k * M + i])) * round(B[k * N + j]);
+        ASSERT_NEAR(C[i * N + j], ref, 1e-4 * (1 + std::fabs(ref))) << i << "," << j;
+      }
+  }
+}
+
+TEST(NkiCore, PartitionLimitNamesRuleValuesAndLocation) {
+  nki::Program p(nki::Target{});
+  nki::Buffer b;
+  b.mem = nki::Mem::Sbuf;
+  b.shape = {256, 4};
+  b.name = "big";
+  b.loc = p.intern("k.py:7");
+  const std::string msg = error_of([&] { p.add_buffer(b); });
+  EXPECT_NE(msg.find("partition dimension 256 > 128"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("k.py:7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rule:"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, MatmulMovingFreeSizeLimit) {
+  nki::Program p(nki::Target{});
+  const int s = buffer(p, nki::Mem::Sbuf, DT::BFloat16, {128, 128}, "s");
+  const int m = buffer(p, nki::Mem::Sbuf, DT::BFloat16, {128, 1024}, "m");
+  const int ps = buffer(p, nki::Mem::Psum, DT::Float32, {128, 1024}, "ps");
+  Instr in = instr(p, Op::Matmul, nki::Engine::Tensor,
+                   {ap(ps, DT::Float32, 0, {{1024, 128}, {1, 1024}}),
+                    ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
+                    ap(m, DT::BFloat16, 0, {{1024, 128}, {1, 1024}})},
+                   42);
+  const std::string msg = error_of([&] { p.add(in); });
+  EXPECT_NE(msg.find("nki.isa.nc_matmul at kernel.py:42"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("moving free size 1024 exceeds maximum 512"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, SbufCapacityExceeded) {
+  nki::Program p(nki::Target{});
+  const int h = buffer(p, nki::Mem::Hbm, DT::Float32, {128, 40000}, "x", true);
+  std::vector<int> tiles;
+  for (int i = 0; i < 2; ++i)
+    tiles.push_back(buffer(p, nki::Mem::Sbuf, DT::Float32, {128, 40000}, "t" + std::to_string(i)));
+  for (int t : tiles)
+    p.add(instr(p, Op::DmaCopy, nki::Engine::Dma,
+                {ap(t, DT::Float32, 0, {{40000, 128}, {1, 40000}}),
+                 ap(h, DT::Float32, 0, {{40000, 128}, {1, 40000}})},
+                30 + t));
+  // Both tiles are read at the end, so both are live together: 2 x 160000 B > 229376 B.
+  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+              {ap(tiles[0], DT::Float32, 0, {{40000, 128}, {1, 40000}}),
+               ap(tiles[1], DT::Float32, 0, {{40000, 128}, {1, 40000}})},
+              50));
+  const std::string msg = error_of([&] { p.finalize(); });
+  EXPECT_NE(msg.find("SBUF capacity exceeded"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("229376"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, UninitializedReadReachingHbmIsReported) {
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {128, 8}, "out");
+  const int t = buffer(*p, nki::Mem::Sbuf, DT::Float32, {128, 8}, "never_written");
+  const int u = buffer(*p, nki::Mem::Sbuf, DT::Float32, {128, 8}, "u");
+  Instr sc = instr(
+      *p, Op::TensorScalar, nki::Engine::Vector,
+      {ap(u, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(t, DT::Float32, 0, {{8, 128}, {1, 8}})}, 61);
+  sc.i[0] = static_cast<int64_t>(nki::Alu::Multiply);
+  sc.i[1] = -1;
+  sc.f[0] = 2.0;
+  p->add(sc);
+  p->add(instr(
+      *p, Op::DmaCopy, nki::Engine::Dma,
+      {ap(out, DT::Float32, 0, {{8, 128}, {1, 8}}), ap(u, DT::Float32, 0, {{8, 128}, {1, 8}})},
+      62));
+  p->finalize();
+  std::vector<float> o(1024);
+  auto core = nki::acquire_core(p->target());
+  nki::ExecOptions opt;
+  opt.check_uninit = true;
+  nki::Binding b = bind(o);
+  std::vector<uint8_t> def(o.size() * 4, 0);
+  b.def = def.data();
+  b.name = "out";
+  const std::string msg = error_of([&] { nki::execute(*p, *core, {b}, opt, nullptr); });
+  EXPECT_NE(msg.find("uninitialized"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kernel.py:62"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("never_written"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("kernel.py:61"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, SerializeRoundTrip) {
+  auto prog = add_program(32, 16, DT::Float32);
+  const std::string bytes = prog->serialize();
+  auto back = nki::Program::deserialize(bytes);
+  EXPECT_EQ(back->dump(), prog->dump());
+  std::string bad = bytes;
+  bad.resize(bad.size() - 5);
+  EXPECT_NE(error_of([&] { nki::Program::deserialize(bad); }).find("truncated"), std::string::npos);
+}
+
+TEST(NkiCore, CostModelMatmulNearPeak) {
+  // 16 back-to-back 128x128x512 bf16 matmuls: 512 cycles each at 2.4 GHz.
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int s = buffer(*p, nki::Mem::Sbuf, DT::BFloat16, {128, 128}, "s");
+  const int m = buffer(*p, nki::Mem::Sbuf, DT::BFloat16, {128, 512}, "m");
+  const int ps = buffer(*p, nki::Mem::Psum, DT::Float32, {128, 512}, "ps");
+  Instr ms = instr(*p, Op::Memset, nki::Engine::Vector,
+                   {ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}})}, 1);
+  p->add(ms);
+  p->add(instr(*p, Op::Memset, nki::Engine::Vector,
+               {ap(m, DT::BFloat16, 0, {{512, 128}, {1, 512}})}, 2));
+  for (int k = 0; k < 16; ++k) {
+    Instr mm = instr(*p, Op::Matmul, nki::Engine::Tensor,
+                     {ap(ps, DT::Float32, 0, {{512, 128}, {1, 512}}),
+                      ap(s, DT::BFloat16, 0, {{128, 128}, {1, 128}}),
+                      ap(m, DT::BFloat16, 0, {{512, 128}, {1, 512}})},
+                     3);
+    mm.i[0] = k > 0;
+    p->add(mm);
+  }
+  p->finalize();
+  const auto params = nki::CostParams::for_version(3);
+  const auto est = nki::estimate(*p, nullptr, params, 1000);
+  const double mm_ns = 512 / 2.4;
+  EXPECT_NEAR(est.busy_ns[static_cast<int>(nki::Engine::Tensor)], 16 * mm_ns, 1e-6);
+  EXPECT_GE(est.total_ns, 16 * mm_ns);
+  EXPECT_NEAR(est.flops, 16 * 2.0 * 128 * 128 * 512, 1);
+  const std::string json = nki::timeline_json(*p, est, 0, "nc0", 0);
+  EXPECT_NE(json.find("\"nc_matmul\""), std::string::npos);
+}
+
+TEST(NkiCore, RuntimeLoopUsesRegisterOffsets) {
+  // for i in range(4): out[i*32:(i+1)*32] = x[i*32:(i+1)*32] * 3, as one runtime loop.
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int x = buffer(*p, nki::Mem::Hbm, DT::Float32, {128, 16}, "x", true);
+  const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {128, 16}, "out");
+  const int t = buffer(*p, nki::Mem::Sbuf, DT::Float32, {32, 16}, "t");
+  const int r = p->add_register();
+  Instr lb;
+  lb.op = Op::LoopBegin;
+  lb.engine = nki::Engine::Sync;
+  lb.i = {r, -1, 0, -1, 4, 1, -1};
+  p->add(lb);
+  Ap src = ap(x, DT::Float32, 0, {{16, 32}, {1, 16}});
+  src.reg = static_cast<int16_t>(r);
+  src.reg_scale = 32 * 16;
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), src},
+               71));
+  Instr sc = instr(
+      *p, Op::TensorScalar, nki::Engine::Vector,
+      {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})}, 72);
+  sc.i[0] = static_cast<int64_t>(nki::Alu::Multiply);
+  sc.i[1] = -1;
+  sc.f[0] = 3.0;
+  p->add(sc);
+  Ap dst = ap(out, DT::Float32, 0, {{16, 32}, {1, 16}});
+  dst.reg = static_cast<int16_t>(r);
+  dst.reg_scale = 32 * 16;
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma, {dst, ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})},
+               73));
+  Instr le;
+  le.op = Op::LoopEnd;
+  le.engine = nki::Engine::Sync;
+  p->add(le);
+  p->finalize();
+  auto X = randn(128 * 16, 9);
+  std::vector<float> O(X.size());
+  auto core = nki::acquire_core(p->target());
+  nki::ExecOptions opt;
+  opt.record_trace = true;
+  nki::ExecReport rep;
+  nki::execute(*p, *core, {bind(X), bind(O)}, opt, &rep);
+  for (size_t i = 0; i < X.size(); ++i) ASSERT_EQ(O[i], 3 * X[i]);
+  EXPECT_EQ(rep.instructions, 12);
+  const auto est = nki::estimate(*p, &rep.trace, nki::CostParams::for_version(3), 100);
+  EXPECT_EQ(est.instructions, 12);
+  EXPECT_EQ(est.hbm_read_bytes, 128 * 16 * 4);
+}
+
+TEST(NkiDtype, SmallFloatsRoundToNearestEven) {
+  // fp8 e4m3 (IEEE-like, bias 7): max finite 240, overflow to inf, NaN kept.
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(1.0625f)), 1.0f);  // tie -> even mantissa
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(1.1875f)), 1.25f);
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(240.0f)), 240.0f);
+  EXPECT_TRUE(std::isinf(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(250.0f))));
+  EXPECT_TRUE(std::isnan(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(NAN))));
+  EXPECT_EQ(nki::f8e4m3_to_f32(nki::f32_to_f8e4m3(std::ldexp(1.0f, -9))),
+            std::ldexp(1.0f, -9));  // min subnormal
+  // e8m0: powers of two only, nearest by value.
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(3.0f)), 2.0f);
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(3.5f)), 4.0f);
+  EXPECT_EQ(nki::f8e8m0_to_f32(nki::f32_to_f8e8m0(0.25f)), 0.25f);
+  // tf32 keeps 10 mantissa bits.
+  EXPECT_EQ(nki::round_tf32(1.0f + std::ldexp(1.0f, -11)), 1.0f);
+  EXPECT_EQ(nki::round_tf32(1.0f + std::ldexp(1.0f, -10)), 1.0f + std::ldexp(1.0f, -10));
+  // Integer stores saturate and round to nearest even.
+  uint8_t b[4];
+  nki::from_f32(DT::Int8, 300.0f, b);
+  EXPECT_EQ(static_cast<int8_t>(b[0]), 127);
+  nki::from_f32(DT::Int8, 2.5f, b);
+  EXPECT_EQ(static_cast<int8_t>(b[0]), 2);
+  nki::from_f32(DT::UInt8, -3.0f, b);
+  EXPECT_EQ(b[0], 0);
+}
+
+TEST(NkiCore, PsumCapacityCountsBanks) {
+  nki::Program p(nki::Target{});
+  std::vector<int> tiles;
+  for (int i = 0; i < 9; ++i)
+    tiles.push_back(buffer(p, nki::Mem::Psum, DT::Float32, {128, 100}, "ps" + std::to_string(i)));
+  for (int t : tiles)
+    p.add(instr(p, Op::Memset, nki::Engine::Vector, {ap(t, DT::Float32, 0, {{100, 128}, {1, 100}})},
+                80));
+  for (int t : tiles)
+    p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+                {ap(tiles[0], DT::Float32, 0, {{100, 128}, {1, 100}}),
+                 ap(t, DT::Float32, 0, {{100, 128}, {1, 100}})},
+                81));
+  // 400 B per partition each, but PSUM tensors are placed on 2 KiB banks: the 9th does not fit.
+  const std::string msg = error_of([&] { p.finalize(); });
+  EXPECT_NE(msg.find("PSUM capacity exceeded"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(9 of 8 banks)"), std::string::npos) << msg;
+}
+
+TEST(NkiCore, GpSimdCannotReachPsum) {
+  nki::Program p(nki::Target{});
+  const int ps = buffer(p, nki::Mem::Psum, DT::Int32, {128, 16}, "ps");
+  Instr in =
+      instr(p, Op::Iota, nki::Engine::GpSimd, {ap(ps, DT::Int32, 0, {{16, 128}, {1, 16}})}, 90);
+  in.i[0] = 1;
+  in.i[1] = 1;
+  in.i[2] = 16;
+  const std::string msg = error_of([&] { p.add(in); });
+  EXPECT_NE(msg.find("GpSimd Engine cannot access"), std::string::npos) << msg;
+}
