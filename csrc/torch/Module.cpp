@@ -16,6 +16,7 @@
 namespace py = pybind11;
 
 namespace neuron::torch_glue {
+void init_compiler_bindings(py::module& m);  // compiler/CompilerBindings.cpp
 namespace {
 
 template <typename F>
@@ -54,6 +55,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace neuron;
   using namespace neuron::torch_glue;
   m.doc() = "neuron-emu: the native part of torch_neuronx";
+  init_compiler_bindings(m);
 
   m.def("_device_count", [] {
     try {

@@ -18,6 +18,8 @@ _register_device()
 
 from . import neuron  # noqa: E402  (needs the registered device)
 from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
+from .neuron_dynamo_backend import _install as _install_dynamo_backend  # noqa: E402
+from .neuron_dynamo_backend import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402
 from .neuron import (  # noqa: E402
     Event,
     Stream,
@@ -43,6 +45,9 @@ from .neuron import (  # noqa: E402
 )
 
 
+_install_dynamo_backend()
+
+
 def is_neuron_runtime_initialized() -> bool:
     """True once the emulated Neuron runtime has started in this process."""
     return bool(_C._is_initialized())
@@ -64,6 +69,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_executed_ops",
     "get_fallback_ops",
     "is_neuron_runtime_initialized",
@@ -74,6 +80,7 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "neuron",
+    "reset_dynamo_metrics",
     "reset_peak_memory_stats",
     "set_device",
     "set_stream",
