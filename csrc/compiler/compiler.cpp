@@ -7,6 +7,7 @@
 #include <functional>
 #include <sstream>
 
+#include "compiler/build_id.h"
 #include "lower.h"
 #include "passes.h"
 #include "verifier.h"
@@ -23,6 +24,11 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+const char* compiler_build_id() {
+  static const std::string id = std::string(kCompilerVersion) + " build " + NEURON_CC_BUILD_ID;
+  return id.c_str();
+}
 
 CompileOptions parse_flags(const std::string& flags, int default_opt_level, std::vector<std::string>* unknown) {
   CompileOptions o;

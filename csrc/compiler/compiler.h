@@ -14,6 +14,9 @@ namespace neuron::cc {
 
 // Bumped whenever generated programs change: part of every cache key.
 constexpr const char* kCompilerVersion = "neuron-emu-cc 0.1.0 (neff 1)";
+// kCompilerVersion plus a hash of the compiler's sources (so a rebuilt compiler never reuses
+// NEFFs of different code).
+const char* compiler_build_id();
 
 struct CompileOptions {
   int opt_level = 2;         // 0: one kernel per op, 1: + elementwise fusion, 2: + attention/epilogue fusion

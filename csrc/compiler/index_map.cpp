@@ -363,4 +363,39 @@ std::optional<ResolvedView> resolve_view(const Graph& g, const UseInfo& uses, in
   return std::nullopt;
 }
 
+std::vector<int64_t> digits_of(const Domain& dom, int d) {
+  std::vector<int64_t> r;
+  for (int k = 0; k < dom.rank(); ++k)
+    if (dom.owner[static_cast<size_t>(k)] == d) r.push_back(dom.size[static_cast<size_t>(k)]);
+  return r;
+}
+
+std::optional<std::vector<int64_t>> common_digits(const std::vector<std::vector<int64_t>>& splits) {
+  std::vector<int64_t> cum;  // inner cumulative products of every split
+  int64_t total = -1;
+  for (const auto& s : splits) {
+    int64_t c = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      c *= s[i];
+      cum.push_back(c);
+    }
+    if (s.empty()) cum.push_back(1);
+    if (total >= 0 && c != total) return std::nullopt;
+    total = c;
+  }
+  std::sort(cum.begin(), cum.end());
+  cum.erase(std::unique(cum.begin(), cum.end()), cum.end());
+  std::vector<int64_t> digits;  // inner first
+  int64_t prev = 1;
+  for (int64_t c : cum) {
+    if (c == 1) continue;
+    if (prev == 0 || c % prev != 0) return std::nullopt;
+    digits.push_back(c / prev);
+    prev = c;
+  }
+  std::reverse(digits.begin(), digits.end());
+  if (digits.empty()) digits.push_back(total < 0 ? 1 : total);
+  return digits;
+}
+
 }  // namespace neuron::cc

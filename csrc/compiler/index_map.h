@@ -109,6 +109,12 @@ std::optional<ResolvedView> resolve_view(const Graph& g, const UseInfo& uses, in
                                          const std::vector<int64_t>& root_strides, bool root_contiguous,
                                          std::string* why);
 
+// Digits of logical dim `d` in a (refined) domain: sizes of its sub-dims, outer first.
+std::vector<int64_t> digits_of(const Domain& dom, int d);
+// The finest common digit split of several splits of the same extent (each list outer
+// first); nullopt when they do not nest.
+std::optional<std::vector<int64_t>> common_digits(const std::vector<std::vector<int64_t>>& splits);
+
 std::string affine_str(const Affine& a);
 
 }  // namespace neuron::cc

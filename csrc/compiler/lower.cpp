@@ -349,6 +349,133 @@ class Lowerer {
     return d;
   }
 
+  // A value as (desc with refined dims, digits per logical dim).
+  std::pair<TensorDesc, std::vector<std::vector<std::pair<int64_t, int64_t>>>> digits_desc(int v) const {
+    const int root = chain_root_of(g_, uses_, v);
+    const int r = g_.type(v).rank();
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> dg(static_cast<size_t>(r));
+    if (root == v) {
+      TensorDesc d = root_desc(v);
+      for (int k = 0; k < r; ++k) dg[static_cast<size_t>(k)].push_back({d.sizes[static_cast<size_t>(k)], d.strides[static_cast<size_t>(k)]});
+      return {d, dg};
+    }
+    const Location& l = plan_.loc.at(static_cast<size_t>(root));
+    std::string why;
+    auto rv = resolve_view(g_, uses_, v, l.strides, is_contiguous_layout(g_.type(root).shape, l.strides), &why);
+    if (!rv) throw CompileError(rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
+    TensorDesc d = root_desc(root);
+    d.dtype = g_.type(v).dtype;
+    d.sizes = rv->dom.size;
+    d.strides = rv->addr.strides;
+    d.offset = rv->addr.offset;
+    for (int k = 0; k < rv->dom.rank(); ++k)
+      dg[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])].push_back({rv->dom.size[static_cast<size_t>(k)], rv->addr.strides[static_cast<size_t>(k)]});
+    return {d, dg};
+  }
+
+  // Splits (size, stride) digits to the finer `target` sizes (both outer first).
+  static std::vector<std::pair<int64_t, int64_t>> split_digits(const std::vector<std::pair<int64_t, int64_t>>& cur,
+                                                             const std::vector<int64_t>& target, const std::string& what) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    size_t t = target.size();
+    for (size_t i = cur.size(); i-- > 0;) {
+      int64_t need = cur[i].first, stride = cur[i].second;
+      std::vector<std::pair<int64_t, int64_t>> part;
+      while (need > 1) {
+        if (t == 0 || need % target[t - 1] != 0) throw CompileError(what + ": batch dims of the matmul operands do not nest");
+        part.push_back({target[t - 1], stride});
+        stride *= target[t - 1];
+        need /= target[t - 1];
+        --t;
+      }
+      out.insert(out.begin(), part.rbegin(), part.rend());
+    }
+    return out;
+  }
+
+  // A, B and C of a GEMM with one common split of their batch dims. `c` = -1 uses `*scratch`.
+  std::vector<TensorDesc> matmul_operands(int a, int b, int c, const std::string& what, const TensorDesc* scratch = nullptr) const {
+    auto [da, ga] = digits_desc(a);
+    auto [db, gb] = digits_desc(b);
+    TensorDesc dc;
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> gc;
+    if (c >= 0) {
+      std::tie(dc, gc) = digits_desc(c);
+    } else {
+      dc = *scratch;
+      for (size_t k = 0; k < dc.sizes.size(); ++k) gc.push_back({{dc.sizes[k], dc.strides[k]}});
+    }
+    const size_t r = ga.size();
+    std::vector<TensorDesc> out = {da, db, dc};
+    using Dg = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+    std::vector<Dg*> gs = {&ga, &gb, &gc};
+    for (TensorDesc& d : out) {
+      d.sizes.clear();
+      d.strides.clear();
+    }
+    for (size_t d = 0; d + 2 < r; ++d) {
+      std::vector<std::vector<int64_t>> splits;
+      for (auto* g : gs) {
+        std::vector<int64_t> s;
+        for (auto& [sz, st] : (*g)[d]) {
+          (void)st;
+          s.push_back(sz);
+        }
+        splits.push_back(s);
+      }
+      auto common = common_digits(splits);
+      if (!common) throw CompileError(what + ": batch dims of the matmul operands do not nest");
+      for (size_t o = 0; o < 3; ++o)
+        for (auto& [sz, st] : split_digits((*gs[o])[d], *common, what)) {
+          out[o].sizes.push_back(sz);
+          out[o].strides.push_back(st);
+        }
+    }
+    for (size_t o = 0; o < 3; ++o)
+      for (size_t d = r - 2; d < r; ++d) {
+        auto& dg = (*gs[o])[d];
+        int64_t size = 1, stride = 0;
+        for (auto& [sz, st] : dg)
+          if (sz != 1) {
+            if (size != 1) throw CompileError(what + ": a matrix dim of a matmul operand is split");
+            size = sz;
+            stride = st;
+          }
+        out[o].sizes.push_back(size);
+        out[o].strides.push_back(stride);
+      }
+    return out;
+  }
+
+  // A copy of `v` (any view) into `dst` (a buffer with v's logical shape): when the view
+  // needs a refined domain, both sides are split the same way.
+  Step copy_step(int v, TensorDesc dst, const std::string& name) const {
+    Step s;
+    s.kind = StepKind::Copy;
+    s.name = name;
+    const int root = chain_root_of(g_, uses_, v);
+    if (root == v) {
+      s.tensors = {root_desc(v), dst};
+      return s;
+    }
+    const Location& l = plan_.loc.at(static_cast<size_t>(root));
+    std::string why;
+    auto rv = resolve_view(g_, uses_, v, l.strides, is_contiguous_layout(g_.type(root).shape, l.strides), &why);
+    if (!rv) throw CompileError(rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
+    TensorDesc src = root_desc(root);
+    src.dtype = g_.type(v).dtype;
+    src.sizes = rv->dom.size;
+    src.strides = rv->addr.strides;
+    src.offset = rv->addr.offset;
+    std::vector<int64_t> ds;
+    for (int k = 0; k < rv->dom.rank(); ++k)
+      ds.push_back(dst.strides[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])] * rv->dom.mult[static_cast<size_t>(k)]);
+    dst.sizes = rv->dom.size;
+    dst.strides = ds;
+    s.tensors = {src, dst};
+    return s;
+  }
+
   Program run(const std::vector<IOSpec>& input_specs) {
     Program p;
     p.inputs = input_specs;
@@ -363,27 +490,17 @@ class Lowerer {
     for (size_t k = 0; k < plan_.output_copy.size(); ++k) {
       const int v = plan_.output_copy[k];
       if (v < 0) continue;
-      Step s;
-      s.kind = StepKind::Copy;
-      s.name = rt::str("output #", k);
-      s.tensors.push_back(view_desc(v));
       TensorDesc d;
       d.space = Space::Output;
       d.index = static_cast<int32_t>(k);
       d.dtype = plan_.outputs[k].dtype;
       d.sizes = plan_.outputs[k].shape;
       d.strides = plan_.outputs[k].strides;
-      s.tensors.push_back(d);
-      p.steps.push_back(std::move(s));
+      p.steps.push_back(copy_step(v, d, rt::str("output #", k)));
     }
-    for (const Mutation& m : plan_.end_copies) {
-      Step s;
-      s.kind = StepKind::Copy;
-      s.name = rt::str("mutation of input #", m.input_index);
-      s.tensors.push_back(view_desc(m.value));
-      s.tensors.push_back(root_desc(g_.inputs[static_cast<size_t>(m.input_index)]));
-      p.steps.push_back(std::move(s));
-    }
+    for (const Mutation& m : plan_.end_copies)
+      p.steps.push_back(copy_step(m.value, root_desc(g_.inputs[static_cast<size_t>(m.input_index)]),
+                                  rt::str("mutation of input #", m.input_index)));
     return p;
   }
 
@@ -403,8 +520,6 @@ class Lowerer {
     std::vector<int> body_buffers;  // body input j -> step tensor index
     if (gemm) {
       s.kind = StepKind::Gemm;
-      s.tensors.push_back(view_desc(n.inputs[0], true));
-      s.tensors.push_back(view_desc(n.inputs[1], true));
       const TensorType yt = n.body->type(n.body->inputs[0]);
       TensorDesc y;
       y.space = Space::Arena;
@@ -412,13 +527,7 @@ class Lowerer {
       y.dtype = yt.dtype;
       y.sizes = yt.shape;
       y.strides = contiguous_strides(yt.shape);
-      // The GEMM writes the refined shape of its operands' batch dims.
-      TensorDesc c = y;
-      const TensorDesc& a = s.tensors[0];
-      c.sizes.assign(a.sizes.begin(), a.sizes.end() - 1);
-      c.sizes.push_back(s.tensors[1].sizes.back());
-      c.strides = contiguous_strides(c.sizes);
-      s.tensors.push_back(c);
+      s.tensors = matmul_operands(n.inputs[0], n.inputs[1], -1, s.name, &y);
       s.scratch_offset = plan_.scratch_offset[i];
       s.scratch_bytes = plan_.scratch_bytes[i];
       s.floats = {1.0, 0.0};
@@ -463,20 +572,7 @@ class Lowerer {
     switch (n.op) {
       case Op::matmul:
         s.kind = StepKind::Gemm;
-        s.tensors = {view_desc(n.inputs[0], true), view_desc(n.inputs[1], true), root_desc(n.outputs[0])};
-        {
-          // Match the output to the (possibly refined) batch dims of the operands.
-          TensorDesc& c = s.tensors[2];
-          const TensorDesc& a = s.tensors[0];
-          if (a.sizes.size() != c.sizes.size()) {
-            std::vector<int64_t> sizes(a.sizes.begin(), a.sizes.end() - 1);
-            sizes.push_back(s.tensors[1].sizes.back());
-            if (!is_contiguous_layout(c.sizes, c.strides))
-              throw CompileError(rt::str("lowering ", s.name, ": refined batch dims need a contiguous output"));
-            c.sizes = sizes;
-            c.strides = contiguous_strides(sizes);
-          }
-        }
+        s.tensors = matmul_operands(n.inputs[0], n.inputs[1], n.outputs[0], s.name);
         s.floats = {1.0, 0.0};
         break;
       case Op::attention:

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -575,6 +576,8 @@ PassStats legalize_views(Graph& g) {
       continue;
     }
     const size_t limit = n.op == Op::fused ? 2 : n.inputs.size();
+    const bool is_mm = n.op == Op::matmul || n.op == Op::fused;
+    std::vector<std::optional<ResolvedView>> views(limit);
     for (size_t i = 0; i < limit; ++i) {
       int& v = n.inputs[i];
       if (v < 0) continue;
@@ -583,7 +586,17 @@ PassStats legalize_views(Graph& g) {
       std::string why;
       const std::vector<int64_t> rs = layout_of(g, root);
       auto rv = resolve_view(g, uses, v, rs, is_contiguous_layout(g.type(root).shape, rs), &why);
-      if (rv && view_ok_for(n, i, *rv, g.type(v).shape)) continue;
+      bool ok = rv && view_ok_for(n, i, *rv, g.type(v).shape);
+      if (ok && is_mm && i == 1 && views[0]) {
+        // The batch splits of A and B must nest into one GEMM batch structure.
+        const int r = g.type(v).rank();
+        for (int d = 0; d + 2 < r && ok; ++d)
+          if (!common_digits({digits_of(views[0]->dom, d), digits_of(rv->dom, d)})) ok = false;
+      }
+      if (ok) {
+        views[i] = rv;
+        continue;
+      }
       // Materialize the view with a copy kernel.
       auto body = std::make_shared<Graph>();
       body->name = "view_copy";

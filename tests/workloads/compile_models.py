@@ -99,16 +99,19 @@ class Attention(nn.Module):
         self.register_buffer("cache_k", torch.zeros(shape), persistent=False)
         self.register_buffer("cache_v", torch.zeros(shape), persistent=False)
 
-    def forward(self, x, cos, sin, pos, mask):
+    def forward(self, x, cos, sin, pos, mask, use_cache=True):
         b, s, _ = x.shape
         q = self.wq(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        self.cache_k.index_copy_(2, pos, k)
-        self.cache_v.index_copy_(2, pos, v)
-        keys, values = self.cache_k, self.cache_v
+        if use_cache:
+            self.cache_k.index_copy_(2, pos, k)
+            self.cache_v.index_copy_(2, pos, v)
+            keys, values = self.cache_k, self.cache_v
+        else:
+            keys, values = k, v
         if self.kv_heads != self.heads:
             rep = self.heads // self.kv_heads
             keys = keys.repeat_interleave(rep, dim=1)
@@ -139,14 +142,15 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, pos, mask):
-        x = x + self.attn(self.attn_norm(x), cos, sin, pos, mask)
+    def forward(self, x, cos, sin, pos, mask, use_cache=True):
+        x = x + self.attn(self.attn_norm(x), cos, sin, pos, mask, use_cache)
         return x + self.mlp(self.ffn_norm(x))
 
 
 class Llama(nn.Module):
     """Decoder-only Llama with a static KV cache: forward(tokens [B, S], pos [S]) returns the
-    logits of every position and writes K/V of those positions into the cache."""
+    logits of every position and writes K/V of those positions into the cache. With
+    use_cache=False (training) attention runs causally over the given sequence only."""
 
     def __init__(self, cfg: LlamaConfig = LLAMA_SMALL) -> None:
         super().__init__()
@@ -164,15 +168,17 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", emb.sin(), persistent=False)
         self.register_buffer("positions", torch.arange(cfg.max_seq), persistent=False)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, use_cache: bool = True) -> torch.Tensor:
         x = self.embed(tokens)
         cos = self.rope_cos[pos].to(x.dtype)
         sin = self.rope_sin[pos].to(x.dtype)
-        # Causal mask over the whole cache: query at position p sees cache slots <= p.
-        allowed = self.positions[None, :] <= pos[:, None]
+        # Causal mask: a query at position p sees keys at positions <= p (cache slots, or the
+        # sequence itself without the cache).
+        keys = self.positions if use_cache else pos
+        allowed = keys[None, :] <= pos[:, None]
         mask = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device).masked_fill(~allowed, float("-inf"))
         for block in self.blocks:
-            x = block(x, cos, sin, pos, mask)
+            x = block(x, cos, sin, pos, mask, use_cache)
         return self.lm_head(self.norm(x))
 
     def reset_cache(self) -> None:

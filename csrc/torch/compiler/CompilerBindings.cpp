@@ -301,7 +301,7 @@ std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o, const std
   cc::ByteWriter w;
   cc::serialize(anon, w);
   cc::Hasher h;
-  h.update(cc::kCompilerVersion);
+  h.update(cc::compiler_build_id());
   h.update(rt::str("opt=", o.opt_level, " fold=", o.fold_constants));
   for (const auto& f : o.flags) h.update(f);
   for (const auto& f : unknown) h.update(f);
@@ -336,7 +336,7 @@ std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict&
             n.target = target;
             n.program = std::move(c.program);
             n.ir = c.final_ir;
-            n.metadata["compiler"] = cc::kCompilerVersion;
+            n.metadata["compiler"] = cc::compiler_build_id();
             n.metadata["graph"] = name;
             n.metadata["flags"] = flags;
             n.metadata["opt_level"] = std::to_string(o.opt_level);
@@ -440,7 +440,7 @@ void init_compiler_bindings(py::module& parent) {
     }
     m.attr("DTYPE_CODES") = codes;
   }
-  m.def("compiler_version", [] { return std::string(cc::kCompilerVersion); });
+  m.def("compiler_version", [] { return std::string(cc::compiler_build_id()); });
   m.def("ops", [] {
     py::list l;
     for (int i = 0; i < cc::num_ops(); ++i) l.append(std::string(cc::op_name(static_cast<cc::Op>(i))));

@@ -733,7 +733,8 @@ def _full_rule(L, n, size, value, **kw):
     return _full(L, n, value)
 
 
-@rule(aten.zeros, aten.empty, aten.empty_strided, aten.new_zeros, aten.new_empty, aten.zeros_like, aten.empty_like)
+@rule(aten.zeros, aten.empty, aten.empty_strided, aten.empty_permuted, aten.new_zeros, aten.new_empty,
+      aten.new_empty_strided, aten.zeros_like, aten.empty_like)
 def _zeros(L, n, *args, **kw):
     return _full(L, n, 0)
 
