@@ -48,10 +48,24 @@ class Matcher {
     return v;
   }
 
-  // KV heads: x = reshape(expand(reshape(K4 [B,Hkv,S,D] -> [B,Hkv,1,S,D]) -> [B,Hkv,g,S,D]) -> [B,Hkv*g,S,D])
+  // KV heads: x = reshape(expand(reshape(K4 [B,Hkv,S,D] -> [B,Hkv,1,S,D]) -> [B,Hkv,g,S,D]))
+  // where the outer reshape gives [B,Hkv*g,S,D] (or [B*Hkv*g,S,D], see source4).
   int strip_gqa(int x) const {
     const Node* r = prod(x);
-    if (!r || r->op != Op::reshape || shape(x).size() != 4) return x;
+    if (!r || r->op != Op::reshape) return x;
+    if (shape(x).size() == 3) {
+      const Node* e = prod(r->inputs[0]);
+      if (!e || e->op != Op::expand || shape(e->outputs[0]).size() != 5) return x;
+      const Shape& es = shape(e->outputs[0]);
+      const Node* r2 = prod(e->inputs[0]);
+      if (!r2 || r2->op != Op::reshape) return x;
+      const int k4 = r2->inputs[0];
+      const Shape& ks = shape(k4);
+      if (ks.size() != 4 || shape(e->inputs[0]) != Shape{ks[0], ks[1], 1, ks[2], ks[3]}) return x;
+      if (es != Shape{ks[0], ks[1], es[2], ks[2], ks[3]} || shape(x) != Shape{ks[0] * ks[1] * es[2], ks[2], ks[3]}) return x;
+      return k4;
+    }
+    if (shape(x).size() != 4) return x;
     const Node* e = prod(r->inputs[0]);
     if (!e || e->op != Op::expand) return x;
     const Shape& es = shape(e->outputs[0]);
@@ -70,6 +84,10 @@ class Matcher {
   // the source as [B, H, N, M] through a permute of its last two dims.
   std::optional<int> source4(int v, bool transposed, double* scale) const {
     int x = v;
+    if (shape(x).size() == 3 && !transposed) {
+      const int g = strip_gqa(x);  // reshape(expand(...)) straight to [B*Hq, S, D]
+      if (g != x) return strip_scale(g, scale);
+    }
     if (shape(x).size() == 3) {
       const Node* r = prod(x);
       if (!r || r->op != Op::reshape) return std::nullopt;

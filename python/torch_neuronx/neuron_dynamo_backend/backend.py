@@ -63,9 +63,9 @@ def _opt_level() -> int:
 class CompiledGraph:
     """A lowered aten graph: one NEFF, called with the graph's placeholders in order."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, example_inputs: Sequence[Any] | None = None) -> None:
         self.name = name
-        L = Lowering(gm, name)
+        L = Lowering(gm, name, example_inputs=example_inputs)
         L.run()
         self.template = self._output_template(gm, L)
         self.n_inputs = len(L.input_index)
@@ -108,8 +108,8 @@ def _tensor_inputs_only(gm: torch.fx.GraphModule) -> bool:
     )
 
 
-def _unsupported_nodes(gm: torch.fx.GraphModule, name: str) -> dict[torch.fx.Node, str]:
-    L = Lowering(gm, name, tolerant=True)
+def _unsupported_nodes(gm: torch.fx.GraphModule, name: str, example_inputs=None) -> dict[torch.fx.Node, str]:
+    L = Lowering(gm, name, tolerant=True, example_inputs=example_inputs)
     try:
         L.run()
     except Unsupported as e:  # not tied to one node (e.g. an input type)
@@ -134,9 +134,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     metrics.record_aot_graph(kind)
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return _boxed(gm)  # nothing to compute: returns inputs/constants
-    bad = _unsupported_nodes(gm, name)
+    bad = _unsupported_nodes(gm, name, example_inputs)
     if not bad:
-        cg = CompiledGraph(gm, name)
+        cg = CompiledGraph(gm, name, example_inputs)
         return _boxed(cg)
     ops = {}
     for n, why in bad.items():

@@ -70,8 +70,11 @@ def register_opaque_op(qualname: str, payload: Callable[[torch.fx.Node], str] | 
 class Lowering:
     """Builds one IR graph from an FX graph of aten ops."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, tolerant: bool = False) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, tolerant: bool = False,
+                 example_inputs: Sequence[Any] | None = None) -> None:
         self.gm = gm
+        # Non-tensor inputs (specialized sizes of a dynamic graph) take their example values.
+        self.examples = list(example_inputs) if example_inputs is not None else None
         self.b = _C._cc.GraphBuilder(name)
         self.env: dict[torch.fx.Node, Any] = {}
         self.placeholders: list[torch.fx.Node] = []
@@ -161,6 +164,11 @@ class Lowering:
 
     def placeholder(self, n: torch.fx.Node) -> None:
         val = n.meta.get("val")
+        pos = len(self.placeholders)
+        if val is None and self.examples is not None and pos < len(self.examples):
+            ex = self.examples[pos]
+            if isinstance(ex, (int, float, bool)) or isinstance(ex, torch.SymInt):
+                val = int(ex) if isinstance(ex, torch.SymInt) else ex
         if not isinstance(val, torch.Tensor):
             if isinstance(val, (int, float, bool)):
                 self.env[n] = val
