@@ -170,7 +170,10 @@ class GraphBuilder {
 class Executable {
  public:
   Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string source, std::string path)
-      : neff_(std::move(neff)), key_(std::move(key)), source_(std::move(source)), path_(std::move(path)) {}
+      : neff_(std::move(neff)), key_(std::move(key)), source_(std::move(source)), path_(std::move(path)) {
+    auto it = neff_->metadata.find("graph");
+    task_name_ = rt::intern("neuron::compiled_graph(" + (it != neff_->metadata.end() ? it->second : key_) + ")");
+  }
 
   py::list run(const py::list& args) {
     const cc::Program& p = neff_->program;
@@ -234,8 +237,7 @@ class Executable {
     for (const at::Tensor& c : consts) bufs.constants.push_back(c.numel() ? c.data_ptr() : nullptr);
     bufs.arena = arena_ptr;
     std::shared_ptr<const cc::Neff> neff = neff_;
-    const char* name = rt::intern("neuron::compiled_graph(" + neff_->metadata.at("graph") + ")");
-    launch(dev.index(), name, [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
+    launch(dev.index(), task_name_, [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
     cc::add_metric("executions", 1);
     for (auto& [orig, staged] : write_back) orig.copy_(staged);
     for (auto& o : outs) result.append(py::cast(o));
@@ -289,6 +291,7 @@ class Executable {
 
   std::shared_ptr<const cc::Neff> neff_;
   std::string key_, source_, path_;
+  const char* task_name_ = nullptr;
   std::mutex mu_;
   std::unordered_map<int, std::vector<at::Tensor>> consts_;
 };

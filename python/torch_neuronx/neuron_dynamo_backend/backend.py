@@ -225,6 +225,26 @@ def _propagate_meta(sub: torch.fx.GraphModule, call: torch.fx.Node) -> None:
 # Dynamo entry point
 
 
+_skipped = False
+
+
+def _skip_accelerator_patch() -> None:
+    """Compiled frames call torch.accelerator.current_stream() on every call (Dynamo's stream
+    tracking), which reaches torch_neuronx's Python patch of current_accelerator; tell Dynamo
+    not to compile that frame (else each call of a compiled function runs a resumed,
+    graph-broken frame)."""
+    global _skipped
+    if _skipped:
+        return
+    import torch.accelerator as acc
+    from torch._dynamo.eval_frame import skip_code
+
+    fn = acc.current_accelerator
+    if getattr(fn, "_neuron_patched", False):
+        skip_code(fn.__code__)
+    _skipped = True
+
+
 def _has_symbolic(inputs: Sequence[Any]) -> bool:
     for x in inputs:
         if isinstance(x, torch.SymInt):
@@ -238,6 +258,7 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode
                    options: dict | None = None, **kwargs) -> Callable:
     """The ``neuron`` torch.compile backend (registered through the ``torch_dynamo_backends``
     entry point and on import of torch_neuronx)."""
+    _skip_accelerator_patch()
     if mode not in (None, "default"):
         _warn_once(f"mode:{mode}", "torch.compile(backend='neuron', mode=%r): only mode='default' is supported; "
                    "compiling with the default mode", mode)
