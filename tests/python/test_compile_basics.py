@@ -213,3 +213,23 @@ def test_opt_level_zero_is_still_correct(fresh_compile, monkeypatch):
     x, y = torch.randn(3, 4), torch.randn(4, 5)
     got = torch.compile(f_basic, backend="neuron")(x.to("neuron"), y.to("neuron"))
     torch.testing.assert_close(got.cpu(), f_basic(x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_failed_compile_can_fall_back_to_eager(fresh_compile, monkeypatch, caplog):
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--optlevel 7")  # makes the compiler fail
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    with caplog.at_level(logging.WARNING, logger="torch_neuronx.neuron_dynamo_backend.backend"):
+        got = torch.compile(f_basic, backend="neuron")(x.to("neuron"), y.to("neuron"))
+    torch.testing.assert_close(got.cpu(), f_basic(x, y), rtol=1e-5, atol=1e-5)
+    assert "failed to compile" in caplog.text
+    assert any(k.startswith("<whole graph") for k in torch.neuron.get_dynamo_metrics()["fallback_ops"])
+
+
+def test_model_name_names_the_artifacts(fresh_compile, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(tmp_path / "dbg"))
+    monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    torch.compile(f_basic, backend="neuron", options={"model_name": "my model"})(x.to("neuron"), y.to("neuron"))
+    [neff] = glob.glob(str(tmp_path / "dbg" / "proc_0" / "neff" / "*.neff"))
+    assert os.path.basename(neff).startswith("my_model_")

@@ -128,8 +128,26 @@ class _Partitioned(torch.nn.Module):
         return self.gm(*args)
 
 
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str) -> Callable:
-    name = f"g{next(_counter)}_{kind}"
+def _fallback_execution_allowed() -> bool:
+    v = os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1").strip().lower()
+    return v in ("0", "false", "no", "off")
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, prefix: str = "") -> Callable:
+    name = f"{prefix}g{next(_counter)}_{kind}"
+    try:
+        return _compile_aten_graph(gm, example_inputs, name)
+    except Exception as e:
+        if not _fallback_execution_allowed():
+            raise
+        _warn_once(f"compile-failed:{name}", "neuron backend: graph %s failed to compile (%s); running it eagerly "
+                   "(TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0)", name, e)
+        metrics.record_fallback({f"<whole graph {name}>": str(e)})
+        return _boxed(gm)
+
+
+def _compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str) -> Callable:
+    kind = name.rsplit("_", 1)[-1]
     artifacts.save_fx_graph(name, gm)
     metrics.record_aot_graph(kind)
     if not any(n.op == "call_function" for n in gm.graph.nodes):
@@ -265,14 +283,17 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode
     if kwargs:
         _warn_once(f"kwargs:{sorted(kwargs)}", "neuron backend: ignoring options %s", sorted(kwargs))
     metrics.record_dynamo_graph()
+    prefix = ""
+    if options and options.get("model_name"):
+        prefix = "".join(c if c.isalnum() or c in "-_" else "_" for c in str(options["model_name"])) + "_"
     if _has_symbolic(example_inputs):
         _warn_once("dynamic", "neuron backend: dynamic shapes are treated as static; each new input shape "
                    "compiles (and caches) its own NEFF")
-        return _Specializing(gm)
-    return _compile_static(gm, list(example_inputs))
+        return _Specializing(gm, prefix)
+    return _compile_static(gm, list(example_inputs), prefix)
 
 
-def _compile_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, prefix: str = "") -> Callable:
     training = torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
     )
@@ -287,14 +308,14 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     captured: dict = {}
 
     def fw(g, ex):
-        fn = compile_aten_graph(g, ex, "forward" if training else "inference")
+        fn = compile_aten_graph(g, ex, "forward" if training else "inference", prefix)
         if not training:
             captured["fn"] = fn
             captured["graph"] = g
         return fn
 
     def bw(g, ex):
-        return compile_aten_graph(g, ex, "backward")
+        return compile_aten_graph(g, ex, "backward", prefix)
 
     compiled = aot_autograd(
         fw_compiler=fw,
@@ -311,8 +332,9 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
 class _Specializing:
     """Dynamic-shape graphs: compile one static graph per concrete input signature."""
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, prefix: str = "") -> None:
         self.gm = gm
+        self.prefix = prefix
         self.compiled: dict[tuple, Callable] = {}
 
     def __call__(self, *args):
@@ -322,7 +344,7 @@ class _Specializing:
         )
         fn = self.compiled.get(sig)
         if fn is None:
-            fn = _compile_static(self.gm, list(args))
+            fn = _compile_static(self.gm, list(args), self.prefix)
             self.compiled[sig] = fn
         return fn(*args)
 
