@@ -23,11 +23,16 @@ namespace fs = std::filesystem;
 CacheConfig CacheConfig::from_env() {
   CacheConfig c;
   if (auto d = rt::getenv_str("TORCH_NEURONX_NEFF_CACHE_DIR"); d && !d->empty()) c.dir = *d;
-  if (rt::getenv_bool("TORCH_NEURONX_DISABLE_NEFF_CACHE", false) || rt::getenv_bool("TORCH_NEURONX_NEFF_DISABLE_CACHE", false))
+  if (rt::getenv_bool("TORCH_NEURONX_DISABLE_NEFF_CACHE", false) ||
+      rt::getenv_bool("TORCH_NEURONX_NEFF_DISABLE_CACHE", false))
     c.disk = false;
-  c.max_entries = static_cast<size_t>(rt::getenv_int("NEURON_COMPILATION_CACHE_MAX_ENTRIES", 0, 0, int64_t{1} << 40));
-  c.max_bytes = static_cast<size_t>(rt::getenv_int("NEURON_COMPILATION_CACHE_MAX_SIZE_MB", 0, 0, int64_t{1} << 30)) << 20;
-  c.lock_timeout_s = static_cast<double>(rt::getenv_int("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", 600, 0, 86400));
+  c.max_entries = static_cast<size_t>(
+      rt::getenv_int("NEURON_COMPILATION_CACHE_MAX_ENTRIES", 0, 0, int64_t{1} << 40));
+  c.max_bytes = static_cast<size_t>(
+                    rt::getenv_int("NEURON_COMPILATION_CACHE_MAX_SIZE_MB", 0, 0, int64_t{1} << 30))
+                << 20;
+  c.lock_timeout_s =
+      static_cast<double>(rt::getenv_int("TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", 600, 0, 86400));
   return c;
 }
 
@@ -36,7 +41,9 @@ NeffCache& NeffCache::instance() {
   return *c;
 }
 
-std::string NeffCache::path_for(const CacheConfig& c, const std::string& key) const { return c.dir + "/" + key + ".neff"; }
+std::string NeffCache::path_for(const CacheConfig& c, const std::string& key) const {
+  return c.dir + "/" + key + ".neff";
+}
 
 void NeffCache::clear_memory() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -60,7 +67,8 @@ std::shared_ptr<const Neff> NeffCache::memory_lookup(const std::string& key) {
   return it->second.neff;
 }
 
-void NeffCache::memory_insert(const CacheConfig& c, const std::string& key, std::shared_ptr<const Neff> n, size_t bytes) {
+void NeffCache::memory_insert(const CacheConfig& c, const std::string& key,
+                              std::shared_ptr<const Neff> n, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);
   if (it != map_.end()) {
@@ -71,7 +79,8 @@ void NeffCache::memory_insert(const CacheConfig& c, const std::string& key, std:
   lru_.push_front(key);
   map_[key] = Entry{std::move(n), bytes, lru_.begin()};
   total_bytes_ += bytes;
-  while (map_.size() > 1 && ((c.max_entries && map_.size() > c.max_entries) || (c.max_bytes && total_bytes_ > c.max_bytes))) {
+  while (map_.size() > 1 && ((c.max_entries && map_.size() > c.max_entries) ||
+                             (c.max_bytes && total_bytes_ > c.max_bytes))) {
     const std::string victim = lru_.back();
     lru_.pop_back();
     total_bytes_ -= map_[victim].bytes;
@@ -89,7 +98,8 @@ std::shared_ptr<const Neff> NeffCache::disk_lookup(const std::string& path, size
   try {
     auto n = std::make_shared<const Neff>(read_neff(data.data(), data.size(), path));
     *bytes = data.size();
-    add_seconds("cache_load_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    add_seconds("cache_load_seconds",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return n;
   } catch (const NeffError& e) {
     add_metric("cache_corrupted", 1);
@@ -112,7 +122,8 @@ class FileLock {
       return;
     }
     *waited = true;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -166,8 +177,9 @@ bool write_atomic(const std::string& path, const std::vector<uint8_t>& bytes, st
 
 }  // namespace
 
-std::shared_ptr<const Neff> NeffCache::get(const std::string& key, const std::function<Neff()>& compile, CacheSource* source,
-                                           std::string* path_out) {
+std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
+                                           const std::function<Neff()>& compile,
+                                           CacheSource* source, std::string* path_out) {
   const CacheConfig cfg = CacheConfig::from_env();
   if (auto n = memory_lookup(key)) {
     add_metric("cache_hits_memory", 1);
@@ -196,7 +208,8 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key, const std::fu
     Neff n = compile();
     n.metadata["cache_key"] = key;
     const std::vector<uint8_t> bytes = write_neff(n);
-    add_seconds("compile_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    add_seconds("compile_seconds",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     add_metric("graphs_compiled", 1);
     if (write) {
       std::string why;
@@ -223,14 +236,16 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key, const std::fu
   std::error_code ec;
   fs::create_directories(cfg.dir + "/.locks", ec);
   if (ec) {
-    push_warning(rt::str("NEFF cache directory ", cfg.dir, " is not usable (", ec.message(), "); caching in memory only"));
+    push_warning(rt::str("NEFF cache directory ", cfg.dir, " is not usable (", ec.message(),
+                         "); caching in memory only"));
     return compile_and_store(false);
   }
   bool waited = false;
   FileLock lock(cfg.dir + "/.locks/" + key + ".lock", cfg.lock_timeout_s, &waited);
   if (waited) add_metric("cache_lock_waits", 1);
   if (!lock.locked())
-    push_warning(rt::str("could not lock the NEFF cache entry for ", key, " within ", cfg.lock_timeout_s, " s; compiling anyway"));
+    push_warning(rt::str("could not lock the NEFF cache entry for ", key, " within ",
+                         cfg.lock_timeout_s, " s; compiling anyway"));
   if (auto n = disk_lookup(path, &bytes)) {  // compiled by the process we waited for
     add_metric("cache_hits_disk", 1);
     memory_insert(cfg, key, n, bytes);

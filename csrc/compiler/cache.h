@@ -38,8 +38,8 @@ class NeffCache {
   static NeffCache& instance();
 
   // The NEFF for `key`: from memory, else from disk, else `compile()` (written to disk).
-  std::shared_ptr<const Neff> get(const std::string& key, const std::function<Neff()>& compile, CacheSource* source,
-                                  std::string* path = nullptr);
+  std::shared_ptr<const Neff> get(const std::string& key, const std::function<Neff()>& compile,
+                                  CacheSource* source, std::string* path = nullptr);
   std::string path_for(const CacheConfig& c, const std::string& key) const;
   void clear_memory();
   size_t memory_entries();
@@ -51,7 +51,8 @@ class NeffCache {
     std::list<std::string>::iterator pos;
   };
   std::shared_ptr<const Neff> memory_lookup(const std::string& key);
-  void memory_insert(const CacheConfig& c, const std::string& key, std::shared_ptr<const Neff> n, size_t bytes);
+  void memory_insert(const CacheConfig& c, const std::string& key, std::shared_ptr<const Neff> n,
+                     size_t bytes);
   std::shared_ptr<const Neff> disk_lookup(const std::string& path, size_t* bytes);
 
   std::mutex mu_;

@@ -13,7 +13,9 @@ namespace {
 
 using vm::Opc;
 
-bool is_int_dtype(DType t) { return !kernels::is_floating(t) && !kernels::is_complex(t) && t != DType::Bool; }
+bool is_int_dtype(DType t) {
+  return !kernels::is_floating(t) && !kernels::is_complex(t) && t != DType::Bool;
+}
 
 struct EmitFail {
   int split_dim = -1;
@@ -32,7 +34,7 @@ struct VReg {
 struct VInstr {
   vm::Instr in;
   int dst = -1, a = -1, b = -1, c = -1;
-  bool init = false;     // runs once per row before the chunks
+  bool init = false;  // runs once per row before the chunks
   bool dep_red = false;
 };
 
@@ -42,14 +44,16 @@ class Emitter {
           const std::vector<LeafLayout>& outputs)
       : g_(body), uses_(body), dom_(dom), inputs_(inputs), outputs_(outputs) {
     has_red_ = std::find(dom.inner.begin(), dom.inner.end(), true) != dom.inner.end();
-    for (size_t i = 0; i < body.inputs.size(); ++i) input_index_[body.inputs[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < body.inputs.size(); ++i)
+      input_index_[body.inputs[i]] = static_cast<int>(i);
   }
 
   void run() {
     for (size_t j = 0; j < g_.outputs.size(); ++j) {
       const int v = g_.outputs[j];
       auto cm = dom_.canonical(g_.type(v).shape);
-      if (!cm) fail(rt::str("output %", v, " ", g_.type(v).str(), " does not match the kernel domain"));
+      if (!cm)
+        fail(rt::str("output %", v, " ", g_.type(v).str(), " does not match the kernel domain"));
       const int r = emit(v, *cm);
       const Address a = address_of(*cm, outputs_[j].strides, dom_.rank());
       vm::Operand op;
@@ -74,7 +78,8 @@ class Emitter {
     // Sections: full-row mode when a vector instruction uses a reduction result.
     bool full_row = false;
     for (const VInstr& vi : code_)
-      if (vi.dep_red && !vi.init && vi.dst >= 0 && !regs_[static_cast<size_t>(vi.dst)].scalar) full_row = true;
+      if (vi.dep_red && !vi.init && vi.dst >= 0 && !regs_[static_cast<size_t>(vi.dst)].scalar)
+        full_row = true;
     std::vector<const VInstr*> order;
     for (const VInstr& vi : code_)
       if (vi.init) order.push_back(&vi);
@@ -139,7 +144,8 @@ class Emitter {
     return d;
   }
   int op3(Opc op, bool is_int_dst, int a, int b, int c) {
-    const int d = new_reg(is_int_dst, R(a).scalar && R(b).scalar && R(c).scalar, R(a).dep_red || R(b).dep_red || R(c).dep_red);
+    const int d = new_reg(is_int_dst, R(a).scalar && R(b).scalar && R(c).scalar,
+                          R(a).dep_red || R(b).dep_red || R(c).dep_red);
     VInstr vi;
     vi.in.op = op;
     vi.dst = d;
@@ -174,12 +180,18 @@ class Emitter {
   int to_i(int r) { return R(r).is_int ? r : op1(Opc::F2I, true, r); }
   int round_to(int r, DType t) {
     switch (t) {
-      case DType::BFloat16: return op1(Opc::RoundBF16, false, to_f(r));
-      case DType::Float16: return op1(Opc::RoundF16, false, to_f(r));
-      case DType::Float8_e4m3fn: return op1(Opc::RoundF8E4M3, false, to_f(r));
-      case DType::Float8_e5m2: return op1(Opc::RoundF8E5M2, false, to_f(r));
-      case DType::Bool: return op1(Opc::ToBool, false, to_f(r));
-      default: return r;
+      case DType::BFloat16:
+        return op1(Opc::RoundBF16, false, to_f(r));
+      case DType::Float16:
+        return op1(Opc::RoundF16, false, to_f(r));
+      case DType::Float8_e4m3fn:
+        return op1(Opc::RoundF8E4M3, false, to_f(r));
+      case DType::Float8_e5m2:
+        return op1(Opc::RoundF8E5M2, false, to_f(r));
+      case DType::Bool:
+        return op1(Opc::ToBool, false, to_f(r));
+      default:
+        return r;
     }
   }
   // Converts a computed register to the representation of dtype t.
@@ -191,11 +203,13 @@ class Emitter {
   int add_operand(vm::Operand op, int buffer) {
     for (size_t i = 0; i < operands_.size(); ++i) {
       const vm::Operand& o = operands_[i];
-      if (operand_buffer_[i] == buffer && o.dtype == op.dtype && o.strides == op.strides && o.offset == op.offset &&
-          o.masks.size() == op.masks.size()) {
+      if (operand_buffer_[i] == buffer && o.dtype == op.dtype && o.strides == op.strides &&
+          o.offset == op.offset && o.masks.size() == op.masks.size()) {
         bool same = true;
         for (size_t m = 0; m < o.masks.size(); ++m)
-          if (o.masks[m].dim != op.masks[m].dim || o.masks[m].lo != op.masks[m].lo || o.masks[m].hi != op.masks[m].hi) same = false;
+          if (o.masks[m].dim != op.masks[m].dim || o.masks[m].lo != op.masks[m].lo ||
+              o.masks[m].hi != op.masks[m].hi)
+            same = false;
         if (same) return static_cast<int>(i);
       }
     }
@@ -241,13 +255,16 @@ class Emitter {
     if (p < 0) fail(rt::str("value %", v, " has no producer in the body"));
     const Node& n = g_.nodes[static_cast<size_t>(p)];
     const DType out = g_.type(v).dtype;
-    if (!fusable_dtype(out)) fail(rt::str("dtype ", dtype_short(out), " is not supported in fused kernels"));
+    if (!fusable_dtype(out))
+      fail(rt::str("dtype ", dtype_short(out), " is not supported in fused kernels"));
     switch (op_kind(n.op)) {
-      case OpKind::Move: return emit_move(n, m);
+      case OpKind::Move:
+        return emit_move(n, m);
       case OpKind::Const: {
         if (n.attrs.has("blob")) fail("blob constants must be kernel inputs");
         if (is_int_dtype(out)) {
-          const int64_t iv = n.attrs.has("ivalue") ? n.attrs.i("ivalue") : static_cast<int64_t>(n.attrs.f("value"));
+          const int64_t iv = n.attrs.has("ivalue") ? n.attrs.i("ivalue")
+                                                   : static_cast<int64_t>(n.attrs.f("value"));
           return iconst(iv);
         }
         double fv = n.attrs.f("value");
@@ -257,7 +274,8 @@ class Emitter {
         return out == DType::Float32 || out == DType::Bool ? r : round_to(r, out);
       }
       case OpKind::Iota: {
-        const int64_t dim = normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(g_.type(v).shape.size()), "iota");
+        const int64_t dim =
+            normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(g_.type(v).shape.size()), "iota");
         const int idx = emit_affine(m.rows[static_cast<size_t>(dim)]);
         const double start = n.attrs.f("start", 0.0), step = n.attrs.f("step", 1.0);
         if (is_int_dtype(out)) {
@@ -287,7 +305,8 @@ class Emitter {
 
   int emit_leaf(int input, int v, const IndexMap& m) {
     const TensorType& t = g_.type(v);
-    if (!fusable_dtype(t.dtype) && t.dtype != DType::Float64) fail(rt::str("cannot load ", dtype_short(t.dtype)));
+    if (!fusable_dtype(t.dtype) && t.dtype != DType::Float64)
+      fail(rt::str("cannot load ", dtype_short(t.dtype)));
     const LeafLayout& lay = inputs_[static_cast<size_t>(input)];
     if (m.raw && !lay.contiguous) fail("storage-level view of a non-contiguous buffer");
     const Address a = address_of(m, lay.strides, dom_.rank());
@@ -328,7 +347,8 @@ class Emitter {
     }
     bool scalar = has_red_;
     for (int k = 0; k < dom_.rank() && scalar; ++k)
-      if (dom_.inner[static_cast<size_t>(k)] && dom_.size[static_cast<size_t>(k)] > 1 && op.strides[static_cast<size_t>(k)] != 0)
+      if (dom_.inner[static_cast<size_t>(k)] && dom_.size[static_cast<size_t>(k)] > 1 &&
+          op.strides[static_cast<size_t>(k)] != 0)
         scalar = false;
     for (const vm::Mask& mk : op.masks)
       if (dom_.inner[static_cast<size_t>(mk.dim)]) scalar = false;
@@ -351,8 +371,10 @@ class Emitter {
       while (ok) {
         if (input_index_.count(v)) break;
         const int p = uses_.producer[static_cast<size_t>(v)];
-        if (p < 0 || g_.nodes[static_cast<size_t>(p)].op != Op::reshape) ok = false;
-        else v = g_.nodes[static_cast<size_t>(p)].inputs[0];
+        if (p < 0 || g_.nodes[static_cast<size_t>(p)].op != Op::reshape)
+          ok = false;
+        else
+          v = g_.nodes[static_cast<size_t>(p)].inputs[0];
       }
       if (ok && inputs_[static_cast<size_t>(input_index_.at(v))].contiguous) {
         const Shape& s = g_.type(n.outputs[0]).shape;
@@ -362,7 +384,8 @@ class Emitter {
         r.cons = m.cons;
         Affine a = dom_.zero();
         for (size_t d = 0; d < s.size(); ++d)
-          for (int k = 0; k < dom_.rank(); ++k) a.c[static_cast<size_t>(k)] += cs[d] * m.rows[d].c[static_cast<size_t>(k)];
+          for (int k = 0; k < dom_.rank(); ++k)
+            a.c[static_cast<size_t>(k)] += cs[d] * m.rows[d].c[static_cast<size_t>(k)];
         for (size_t d = 0; d < s.size(); ++d) a.b += cs[d] * m.rows[d].b;
         r.rows.push_back(a);
         return emit(v, r);
@@ -407,62 +430,150 @@ class Emitter {
       if (int_out) {
         const int a = to_i(in[0]);
         switch (n.op) {
-          case Op::neg: return op1(Opc::INeg, true, a);
-          case Op::abs: return op1(Opc::IAbs, true, a);
-          case Op::sign: return op1(Opc::ISign, true, a);
-          case Op::bitwise_not: return op1(Opc::IBitNot, true, a);
-          case Op::floor: case Op::ceil: case Op::round: case Op::trunc: case Op::relu:
+          case Op::neg:
+            return op1(Opc::INeg, true, a);
+          case Op::abs:
+            return op1(Opc::IAbs, true, a);
+          case Op::sign:
+            return op1(Opc::ISign, true, a);
+          case Op::bitwise_not:
+            return op1(Opc::IBitNot, true, a);
+          case Op::floor:
+          case Op::ceil:
+          case Op::round:
+          case Op::trunc:
+          case Op::relu:
             return n.op == Op::relu ? op2(Opc::IMax, true, a, iconst(0)) : a;
-          default: fail(rt::str("'", op_name(n.op), "' on integers"));
+          default:
+            fail(rt::str("'", op_name(n.op), "' on integers"));
         }
       }
       const int a = to_f(in[0]);
       Opc op;
       switch (n.op) {
-        case Op::neg: op = Opc::Neg; break;
-        case Op::abs: op = Opc::Abs; break;
-        case Op::exp: op = Opc::Exp; break;
-        case Op::exp2: op = Opc::Exp2; break;
-        case Op::expm1: op = Opc::Expm1; break;
-        case Op::log: op = Opc::Log; break;
-        case Op::log2: op = Opc::Log2; break;
-        case Op::log10: op = Opc::Log10; break;
-        case Op::log1p: op = Opc::Log1p; break;
-        case Op::sqrt: op = Opc::Sqrt; break;
-        case Op::rsqrt: op = Opc::Rsqrt; break;
-        case Op::reciprocal: op = Opc::Recip; break;
-        case Op::sin: op = Opc::Sin; break;
-        case Op::cos: op = Opc::Cos; break;
-        case Op::tan: op = Opc::Tan; break;
-        case Op::asin: op = Opc::Asin; break;
-        case Op::acos: op = Opc::Acos; break;
-        case Op::atan: op = Opc::Atan; break;
-        case Op::sinh: op = Opc::Sinh; break;
-        case Op::cosh: op = Opc::Cosh; break;
-        case Op::tanh: op = Opc::Tanh; break;
-        case Op::asinh: op = Opc::Asinh; break;
-        case Op::acosh: op = Opc::Acosh; break;
-        case Op::atanh: op = Opc::Atanh; break;
-        case Op::sigmoid: op = Opc::Sigmoid; break;
-        case Op::relu: op = Opc::Relu; break;
-        case Op::gelu: op = Opc::Gelu; break;
-        case Op::gelu_tanh: op = Opc::GeluTanh; break;
-        case Op::silu: op = Opc::Silu; break;
-        case Op::erf: op = Opc::Erf; break;
-        case Op::erfc: op = Opc::Erfc; break;
-        case Op::floor: op = Opc::Floor; break;
-        case Op::ceil: op = Opc::Ceil; break;
-        case Op::round: op = Opc::Round; break;
-        case Op::trunc: op = Opc::Trunc; break;
-        case Op::sign: op = Opc::Sign; break;
-        case Op::logical_not: op = Opc::Not; break;
+        case Op::neg:
+          op = Opc::Neg;
+          break;
+        case Op::abs:
+          op = Opc::Abs;
+          break;
+        case Op::exp:
+          op = Opc::Exp;
+          break;
+        case Op::exp2:
+          op = Opc::Exp2;
+          break;
+        case Op::expm1:
+          op = Opc::Expm1;
+          break;
+        case Op::log:
+          op = Opc::Log;
+          break;
+        case Op::log2:
+          op = Opc::Log2;
+          break;
+        case Op::log10:
+          op = Opc::Log10;
+          break;
+        case Op::log1p:
+          op = Opc::Log1p;
+          break;
+        case Op::sqrt:
+          op = Opc::Sqrt;
+          break;
+        case Op::rsqrt:
+          op = Opc::Rsqrt;
+          break;
+        case Op::reciprocal:
+          op = Opc::Recip;
+          break;
+        case Op::sin:
+          op = Opc::Sin;
+          break;
+        case Op::cos:
+          op = Opc::Cos;
+          break;
+        case Op::tan:
+          op = Opc::Tan;
+          break;
+        case Op::asin:
+          op = Opc::Asin;
+          break;
+        case Op::acos:
+          op = Opc::Acos;
+          break;
+        case Op::atan:
+          op = Opc::Atan;
+          break;
+        case Op::sinh:
+          op = Opc::Sinh;
+          break;
+        case Op::cosh:
+          op = Opc::Cosh;
+          break;
+        case Op::tanh:
+          op = Opc::Tanh;
+          break;
+        case Op::asinh:
+          op = Opc::Asinh;
+          break;
+        case Op::acosh:
+          op = Opc::Acosh;
+          break;
+        case Op::atanh:
+          op = Opc::Atanh;
+          break;
+        case Op::sigmoid:
+          op = Opc::Sigmoid;
+          break;
+        case Op::relu:
+          op = Opc::Relu;
+          break;
+        case Op::gelu:
+          op = Opc::Gelu;
+          break;
+        case Op::gelu_tanh:
+          op = Opc::GeluTanh;
+          break;
+        case Op::silu:
+          op = Opc::Silu;
+          break;
+        case Op::erf:
+          op = Opc::Erf;
+          break;
+        case Op::erfc:
+          op = Opc::Erfc;
+          break;
+        case Op::floor:
+          op = Opc::Floor;
+          break;
+        case Op::ceil:
+          op = Opc::Ceil;
+          break;
+        case Op::round:
+          op = Opc::Round;
+          break;
+        case Op::trunc:
+          op = Opc::Trunc;
+          break;
+        case Op::sign:
+          op = Opc::Sign;
+          break;
+        case Op::logical_not:
+          op = Opc::Not;
+          break;
         case Op::bitwise_not:
           if (out != DType::Bool) fail("bitwise_not on floats");
           op = Opc::Not;
           break;
-        case Op::isnan: op = Opc::IsNan; break;
-        case Op::isinf: op = Opc::IsInf; break;
-        default: fail(rt::str("no VM op for '", op_name(n.op), "'"));
+        case Op::isnan:
+          op = Opc::IsNan;
+          break;
+        case Op::isinf:
+          op = Opc::IsInf;
+          break;
+        default:
+          fail(rt::str("no VM op for '", op_name(n.op), "'"));
       }
       return finish_value(op1(op, false, a), out);
     }
@@ -474,43 +585,69 @@ class Emitter {
     }
 
     // Binary.
-    const bool cmp = n.op == Op::eq || n.op == Op::ne || n.op == Op::lt || n.op == Op::le || n.op == Op::gt || n.op == Op::ge;
+    const bool cmp = n.op == Op::eq || n.op == Op::ne || n.op == Op::lt || n.op == Op::le ||
+                     n.op == Op::gt || n.op == Op::ge;
     if (cmp) {
       if (!any_float_in) {
-        const Opc op = n.op == Op::eq ? Opc::IEq : n.op == Op::ne ? Opc::INe : n.op == Op::lt ? Opc::ILt
-                     : n.op == Op::le ? Opc::ILe : n.op == Op::gt ? Opc::IGt : Opc::IGe;
+        const Opc op = n.op == Op::eq   ? Opc::IEq
+                       : n.op == Op::ne ? Opc::INe
+                       : n.op == Op::lt ? Opc::ILt
+                       : n.op == Op::le ? Opc::ILe
+                       : n.op == Op::gt ? Opc::IGt
+                                        : Opc::IGe;
         bool all_bool = true;
         for (DType t : idt)
           if (t != DType::Bool) all_bool = false;
         if (!all_bool) return finish_value(op2(op, false, to_i(in[0]), to_i(in[1])), out);
       }
-      const Opc op = n.op == Op::eq ? Opc::Eq : n.op == Op::ne ? Opc::Ne : n.op == Op::lt ? Opc::Lt
-                   : n.op == Op::le ? Opc::Le : n.op == Op::gt ? Opc::Gt : Opc::Ge;
+      const Opc op = n.op == Op::eq   ? Opc::Eq
+                     : n.op == Op::ne ? Opc::Ne
+                     : n.op == Op::lt ? Opc::Lt
+                     : n.op == Op::le ? Opc::Le
+                     : n.op == Op::gt ? Opc::Gt
+                                      : Opc::Ge;
       return finish_value(op2(op, false, to_f(in[0]), to_f(in[1])), out);
     }
     if (n.op == Op::logical_and || n.op == Op::logical_or || n.op == Op::logical_xor) {
-      const Opc op = n.op == Op::logical_and ? Opc::And : n.op == Op::logical_or ? Opc::Or : Opc::Xor;
+      const Opc op = n.op == Op::logical_and  ? Opc::And
+                     : n.op == Op::logical_or ? Opc::Or
+                                              : Opc::Xor;
       return finish_value(op2(op, false, to_f(in[0]), to_f(in[1])), out);
     }
     if (int_out) {
       const int a = to_i(in[0]), b = to_i(in[1]);
       switch (n.op) {
-        case Op::add: return op2(Opc::IAdd, true, a, b);
-        case Op::sub: return op2(Opc::ISub, true, a, b);
-        case Op::mul: return op2(Opc::IMul, true, a, b);
-        case Op::floordiv: return op2(Opc::IFloorDiv, true, a, b);
-        case Op::remainder: return op2(Opc::IRem, true, a, b);
-        case Op::fmod: return op2(Opc::IFmod, true, a, b);
-        case Op::maximum: return op2(Opc::IMax, true, a, b);
-        case Op::minimum: return op2(Opc::IMin, true, a, b);
-        case Op::bitwise_and: return op2(Opc::IBitAnd, true, a, b);
-        case Op::bitwise_or: return op2(Opc::IBitOr, true, a, b);
-        case Op::bitwise_xor: return op2(Opc::IBitXor, true, a, b);
-        default: fail(rt::str("'", op_name(n.op), "' on integers"));
+        case Op::add:
+          return op2(Opc::IAdd, true, a, b);
+        case Op::sub:
+          return op2(Opc::ISub, true, a, b);
+        case Op::mul:
+          return op2(Opc::IMul, true, a, b);
+        case Op::floordiv:
+          return op2(Opc::IFloorDiv, true, a, b);
+        case Op::remainder:
+          return op2(Opc::IRem, true, a, b);
+        case Op::fmod:
+          return op2(Opc::IFmod, true, a, b);
+        case Op::maximum:
+          return op2(Opc::IMax, true, a, b);
+        case Op::minimum:
+          return op2(Opc::IMin, true, a, b);
+        case Op::bitwise_and:
+          return op2(Opc::IBitAnd, true, a, b);
+        case Op::bitwise_or:
+          return op2(Opc::IBitOr, true, a, b);
+        case Op::bitwise_xor:
+          return op2(Opc::IBitXor, true, a, b);
+        default:
+          fail(rt::str("'", op_name(n.op), "' on integers"));
       }
     }
-    if (out == DType::Bool && (n.op == Op::bitwise_and || n.op == Op::bitwise_or || n.op == Op::bitwise_xor)) {
-      const Opc op = n.op == Op::bitwise_and ? Opc::And : n.op == Op::bitwise_or ? Opc::Or : Opc::Xor;
+    if (out == DType::Bool &&
+        (n.op == Op::bitwise_and || n.op == Op::bitwise_or || n.op == Op::bitwise_xor)) {
+      const Opc op = n.op == Op::bitwise_and  ? Opc::And
+                     : n.op == Op::bitwise_or ? Opc::Or
+                                              : Opc::Xor;
       return op2(op, false, to_f(in[0]), to_f(in[1]));
     }
     const int a = to_f(in[0]);
@@ -521,25 +658,51 @@ class Emitter {
         if (*e == 0.5) return finish_value(op1(Opc::Sqrt, false, a), out);
         if (*e == -0.5) return finish_value(op1(Opc::Rsqrt, false, a), out);
         if (*e == -1.0) return finish_value(op1(Opc::Recip, false, a), out);
-        if (*e == 3.0) return finish_value(op2(Opc::Mul, false, op2(Opc::Mul, false, a, a), a), out);
-        if (*e == 0.0) return finish_value(op2(Opc::Max, false, op2(Opc::Mul, false, a, fconst(0.0)), fconst(1.0)), out);
+        if (*e == 3.0)
+          return finish_value(op2(Opc::Mul, false, op2(Opc::Mul, false, a, a), a), out);
+        if (*e == 0.0)
+          return finish_value(
+              op2(Opc::Max, false, op2(Opc::Mul, false, a, fconst(0.0)), fconst(1.0)), out);
       }
     }
     const int b = to_f(in[1]);
     Opc op;
     switch (n.op) {
-      case Op::add: op = Opc::Add; break;
-      case Op::sub: op = Opc::Sub; break;
-      case Op::mul: op = Opc::Mul; break;
-      case Op::div: op = Opc::Div; break;
-      case Op::floordiv: op = Opc::FloorDiv; break;
-      case Op::remainder: op = Opc::Rem; break;
-      case Op::fmod: op = Opc::Fmod; break;
-      case Op::pow: op = Opc::Pow; break;
-      case Op::maximum: op = Opc::Max; break;
-      case Op::minimum: op = Opc::Min; break;
-      case Op::atan2: op = Opc::Atan2; break;
-      default: fail(rt::str("no VM op for '", op_name(n.op), "' on ", dtype_short(out)));
+      case Op::add:
+        op = Opc::Add;
+        break;
+      case Op::sub:
+        op = Opc::Sub;
+        break;
+      case Op::mul:
+        op = Opc::Mul;
+        break;
+      case Op::div:
+        op = Opc::Div;
+        break;
+      case Op::floordiv:
+        op = Opc::FloorDiv;
+        break;
+      case Op::remainder:
+        op = Opc::Rem;
+        break;
+      case Op::fmod:
+        op = Opc::Fmod;
+        break;
+      case Op::pow:
+        op = Opc::Pow;
+        break;
+      case Op::maximum:
+        op = Opc::Max;
+        break;
+      case Op::minimum:
+        op = Opc::Min;
+        break;
+      case Op::atan2:
+        op = Opc::Atan2;
+        break;
+      default:
+        fail(rt::str("no VM op for '", op_name(n.op), "' on ", dtype_short(out)));
     }
     return finish_value(op2(op, false, a, b), out);
   }
@@ -554,7 +717,8 @@ class Emitter {
     if (dims.empty()) std::fill(red.begin(), red.end(), true);
     for (int64_t d : dims) red[static_cast<size_t>(normalize_dim(d, it.rank(), "reduce"))] = true;
     for (int k = 0; k < dom_.rank(); ++k)
-      if (dom_.inner[static_cast<size_t>(k)] != (it.shape.empty() ? false : red[static_cast<size_t>(dom_.owner[static_cast<size_t>(k)])]))
+      if (dom_.inner[static_cast<size_t>(k)] !=
+          (it.shape.empty() ? false : red[static_cast<size_t>(dom_.owner[static_cast<size_t>(k)])]))
         fail("reductions over different dims in one kernel");
     auto cm = dom_.canonical(ot.shape);
     if (!cm || m.raw || !(cm->rows == m.rows)) fail("a reduction result is used through a view");
@@ -589,14 +753,16 @@ class Emitter {
         reduce_into(prod ? Opc::RProd : Opc::RSum, acc, to_f(x));
         mark(acc);
         int r = acc;
-        if (n.op == Op::mean) r = op2(Opc::Mul, false, acc, fconst(L ? 1.0 / static_cast<double>(L) : std::nan("")));
+        if (n.op == Op::mean)
+          r = op2(Opc::Mul, false, acc, fconst(L ? 1.0 / static_cast<double>(L) : std::nan("")));
         return finish_value(r, out);
       }
       case Op::amax:
       case Op::amin: {
         const bool mx = n.op == Op::amax;
         if (is_int_dtype(out)) {
-          const int acc = iconst(mx ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max(), true);
+          const int acc = iconst(
+              mx ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max(), true);
           reduce_into(mx ? Opc::IRMax : Opc::IRMin, acc, to_i(x));
           return mark(acc);
         }
@@ -649,7 +815,8 @@ class Emitter {
   int emit_cat(const Node& n, const IndexMap& m) {
     const DType out = g_.type(n.outputs[0]).dtype;
     const Shape& os = g_.type(n.outputs[0]).shape;
-    const size_t dim = static_cast<size_t>(normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(os.size()), "cat"));
+    const size_t dim = static_cast<size_t>(
+        normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(os.size()), "cat"));
     const Affine& row = m.rows[dim];
     std::vector<int> vals, conds;
     int64_t off = 0;
@@ -705,7 +872,8 @@ class Emitter {
         continue;
       }
       const int idx = emit_affine(row);
-      const int c = op2(Opc::And, false, op2(Opc::IGe, false, idx, iconst(lo)), op2(Opc::ILt, false, idx, iconst(hi)));
+      const int c = op2(Opc::And, false, op2(Opc::IGe, false, idx, iconst(lo)),
+                        op2(Opc::ILt, false, idx, iconst(hi)));
       cond = cond < 0 ? c : op2(Opc::And, false, cond, c);
     }
     std::sort(mi.cons.begin(), mi.cons.end());
@@ -741,7 +909,8 @@ class Emitter {
     auto file = [&](int r) { return (R(r).is_int ? 2 : 0) + (R(r).scalar ? 1 : 0); };
     std::vector<std::vector<int>> expiring(order.size() + 1);
     for (size_t r = 0; r < nr; ++r)
-      if (last[r] >= 0 && last[r] < static_cast<int>(order.size())) expiring[static_cast<size_t>(last[r])].push_back(static_cast<int>(r));
+      if (last[r] >= 0 && last[r] < static_cast<int>(order.size()))
+        expiring[static_cast<size_t>(last[r])].push_back(static_cast<int>(r));
     phys_.assign(order.size(), vm::Instr{});
     for (size_t i = 0; i < order.size(); ++i) {
       const VInstr* vi = order[i];
@@ -750,7 +919,8 @@ class Emitter {
       const bool inplace_ok = vi->in.op != Opc::RArgMax && vi->in.op != Opc::RArgMin;
       auto release = [&]() {
         for (int r : expiring[i])
-          if (phys[static_cast<size_t>(r)] >= 0 && r != vi->dst) free_list[static_cast<size_t>(file(r))].push_back(phys[static_cast<size_t>(r)]);
+          if (phys[static_cast<size_t>(r)] >= 0 && r != vi->dst)
+            free_list[static_cast<size_t>(file(r))].push_back(phys[static_cast<size_t>(r)]);
       };
       if (inplace_ok) release();
       if (vi->dst >= 0 && phys[static_cast<size_t>(vi->dst)] < 0) {
@@ -791,7 +961,8 @@ class Emitter {
     for (int d = 0; d < dom_.rank(); ++d)
       if (inner[static_cast<size_t>(d)]) perm.push_back(d);
     std::vector<int> inv(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int>(i);
+    for (size_t i = 0; i < perm.size(); ++i)
+      inv[static_cast<size_t>(perm[i])] = static_cast<int>(i);
     auto apply_perm = [&](std::vector<int64_t>& v) {
       std::vector<int64_t> r(v.size());
       for (size_t i = 0; i < perm.size(); ++i) r[i] = v[static_cast<size_t>(perm[i])];
@@ -863,7 +1034,8 @@ class Emitter {
       // Elementwise: the row is the trailing dims up to ~4K elements (at least one dim).
       n_inner = 1;
       int64_t prod = size.back();
-      while (n_inner < static_cast<int>(size.size()) && prod * size[size.size() - 1 - static_cast<size_t>(n_inner)] <= 4096) {
+      while (n_inner < static_cast<int>(size.size()) &&
+             prod * size[size.size() - 1 - static_cast<size_t>(n_inner)] <= 4096) {
         prod *= size[size.size() - 1 - static_cast<size_t>(n_inner)];
         ++n_inner;
       }
@@ -904,7 +1076,8 @@ bool fusable_dtype(DType t) {
 }
 
 CodegenResult codegen_fused(const Graph& body, const Shape& F, const std::vector<bool>& reduced,
-                            const std::vector<LeafLayout>& inputs, const std::vector<LeafLayout>& outputs) {
+                            const std::vector<LeafLayout>& inputs,
+                            const std::vector<LeafLayout>& outputs) {
   CodegenResult res;
   if (inputs.size() != body.inputs.size() || outputs.size() != body.outputs.size()) {
     res.why = "layout count mismatch";

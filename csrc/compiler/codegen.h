@@ -35,7 +35,8 @@ struct CodegenResult {
 // `F` is the kernel's logical domain, `reduced` marks its reduced dims (all false for an
 // elementwise kernel). `inputs` / `outputs` give the layouts of the body's inputs/outputs.
 CodegenResult codegen_fused(const Graph& body, const Shape& F, const std::vector<bool>& reduced,
-                            const std::vector<LeafLayout>& inputs, const std::vector<LeafLayout>& outputs);
+                            const std::vector<LeafLayout>& inputs,
+                            const std::vector<LeafLayout>& outputs);
 
 // True when a value of this dtype can live in a fused kernel (no f64/complex arithmetic).
 bool fusable_dtype(DType t);

@@ -30,18 +30,29 @@ const char* compiler_build_id() {
   return id.c_str();
 }
 
-CompileOptions parse_flags(const std::string& flags, int default_opt_level, std::vector<std::string>* unknown) {
+CompileOptions parse_flags(const std::string& flags, int default_opt_level,
+                           std::vector<std::string>* unknown) {
   CompileOptions o;
   o.opt_level = default_opt_level;
   std::istringstream is(flags);
   std::vector<std::string> toks;
   for (std::string t; is >> t;) toks.push_back(t);
   // Real neuronx-cc flags that take a value; accepted for compatibility, no effect here.
-  static const char* kWithValue[] = {"--target", "--lnc", "--logical-nc-config", "--model-type", "--auto-cast",
-                                     "--auto-cast-type", "--framework", "--output", "--logfile", "--workdir",
-                                     "--distribution-strategy", "--internal-hlo2tensorizer-options"};
-  static const char* kNoValue[] = {"--enable-fast-loading-neuron-binaries", "--enable-saturate-infinity",
-                                   "--enable-mixed-precision-accumulation", "--verbose", "--retry_failed_compilation"};
+  static const char* kWithValue[] = {"--target",
+                                     "--lnc",
+                                     "--logical-nc-config",
+                                     "--model-type",
+                                     "--auto-cast",
+                                     "--auto-cast-type",
+                                     "--framework",
+                                     "--output",
+                                     "--logfile",
+                                     "--workdir",
+                                     "--distribution-strategy",
+                                     "--internal-hlo2tensorizer-options"};
+  static const char* kNoValue[] = {
+      "--enable-fast-loading-neuron-binaries", "--enable-saturate-infinity",
+      "--enable-mixed-precision-accumulation", "--verbose", "--retry_failed_compilation"};
   for (size_t i = 0; i < toks.size(); ++i) {
     const std::string& t = toks[i];
     if (t.size() == 3 && t[0] == '-' && t[1] == 'O' && t[2] >= '0' && t[2] <= '3') {
@@ -50,7 +61,8 @@ CompileOptions parse_flags(const std::string& flags, int default_opt_level, std:
       continue;
     }
     if (t == "--optlevel" || t == "--opt-level" || starts_with(t, "--optlevel=")) {
-      std::string v = t.find('=') != std::string::npos ? t.substr(t.find('=') + 1) : (i + 1 < toks.size() ? toks[++i] : "");
+      std::string v = t.find('=') != std::string::npos ? t.substr(t.find('=') + 1)
+                                                       : (i + 1 < toks.size() ? toks[++i] : "");
       if (v.size() != 1 || v[0] < '0' || v[0] > '3')
         throw CompileError(rt::str("NEURON_CC_FLAGS: --optlevel expects 0..3, got '", v, "'"));
       o.opt_level = std::min(2, v[0] - '0');
@@ -93,13 +105,16 @@ CompileOptions parse_flags(const std::string& flags, int default_opt_level, std:
 
 std::vector<IOSpec> input_specs(const Graph& g) {
   std::vector<IOSpec> r;
-  for (int v : g.inputs) r.push_back(IOSpec{g.type(v).dtype, g.type(v).shape, g.strides_of(v), g.values[static_cast<size_t>(v)].name});
+  for (int v : g.inputs)
+    r.push_back(IOSpec{g.type(v).dtype, g.type(v).shape, g.strides_of(v),
+                       g.values[static_cast<size_t>(v)].name});
   return r;
 }
 
 std::vector<IOSpec> output_specs(const Graph& g) {
   std::vector<IOSpec> r;
-  for (int v : g.outputs) r.push_back(IOSpec{g.type(v).dtype, g.type(v).shape, g.strides_of(v), ""});
+  for (int v : g.outputs)
+    r.push_back(IOSpec{g.type(v).dtype, g.type(v).shape, g.strides_of(v), ""});
   return r;
 }
 
@@ -122,7 +137,8 @@ Compiled compile(Graph g, const CompileOptions& opts) {
     ++step;
     const auto t0 = std::chrono::steady_clock::now();
     PassStats st = pass(g);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (opts.verify_each) verify(g, "after pass '" + name + "'");
     out.passes.push_back(PassRecord{name, ms, st.changed, static_cast<int>(g.nodes.size())});
     dump_ir("after-" + name);
@@ -151,13 +167,17 @@ Compiled compile(Graph g, const CompileOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
   Plan plan = plan_memory(g, outs);
   out.plan = print_plan(g, plan);
-  out.passes.push_back(PassRecord{"plan_memory", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                                  plan.inplace_mutations, static_cast<int>(g.nodes.size())});
+  out.passes.push_back(PassRecord{
+      "plan_memory",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+      plan.inplace_mutations, static_cast<int>(g.nodes.size())});
   dump_ir("after-plan_memory", "\n" + out.plan);
   const auto t1 = std::chrono::steady_clock::now();
   out.program = lower(g, plan, ins);
-  out.passes.push_back(PassRecord{"lower", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count(),
-                                  static_cast<int>(out.program.steps.size()), static_cast<int>(g.nodes.size())});
+  out.passes.push_back(PassRecord{
+      "lower",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count(),
+      static_cast<int>(out.program.steps.size()), static_cast<int>(g.nodes.size())});
   out.final_ir = print(g);
   if (dump) write_file(opts.dump_dir + "/program.txt", describe(out.program));
   return out;

@@ -19,10 +19,11 @@ constexpr const char* kCompilerVersion = "neuron-emu-cc 0.1.0 (neff 1)";
 const char* compiler_build_id();
 
 struct CompileOptions {
-  int opt_level = 2;         // 0: one kernel per op, 1: + elementwise fusion, 2: + attention/epilogue fusion
+  int opt_level =
+      2;  // 0: one kernel per op, 1: + elementwise fusion, 2: + attention/epilogue fusion
   bool fold_constants = true;
   bool verify_each = true;
-  std::string dump_dir;      // when set: NN-<pass>.ir after every pass, program.txt at the end
+  std::string dump_dir;  // when set: NN-<pass>.ir after every pass, program.txt at the end
   std::vector<std::string> flags;  // normalized flags (part of the cache key)
 };
 
@@ -30,7 +31,8 @@ struct CompileOptions {
 // --disable-fusion, plus the real neuronx-cc flags (--target, --lnc, --model-type,
 // --auto-cast, --auto-cast-type, --enable-fast-loading-neuron-binaries, ...) which are
 // accepted and ignored. Unknown flags are returned in `unknown`.
-CompileOptions parse_flags(const std::string& flags, int default_opt_level, std::vector<std::string>* unknown);
+CompileOptions parse_flags(const std::string& flags, int default_opt_level,
+                           std::vector<std::string>* unknown);
 
 struct PassRecord {
   std::string name;

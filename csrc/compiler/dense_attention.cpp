@@ -19,22 +19,26 @@ constexpr int64_t kKeyBlock = 128;
 
 const char* at(const TensorRef& t, int64_t i0, int64_t i1, int64_t i2) {
   const int64_t off = i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2];
-  return static_cast<const char*>(t.data) + off * static_cast<int64_t>(kernels::element_size(t.dtype));
+  return static_cast<const char*>(t.data) +
+         off * static_cast<int64_t>(kernels::element_size(t.dtype));
 }
 }  // namespace
 
 void attention(const AttentionArgs& A) {
   const TensorRef &q = A.q, &k = A.k, &v = A.v, &o = A.out;
-  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || o.ndim != 4) throw ExecError("attention: q, k, v, out must be 4-D");
+  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || o.ndim != 4)
+    throw ExecError("attention: q, k, v, out must be 4-D");
   const int64_t B = q.sizes[0], Hq = q.sizes[1], Sq = q.sizes[2], D = q.sizes[3];
   const int64_t Hkv = k.sizes[1], Skv = k.sizes[2], Dv = v.sizes[3];
-  if (Hkv == 0 || Hq % Hkv != 0) throw ExecError("attention: query heads are not a multiple of kv heads");
+  if (Hkv == 0 || Hq % Hkv != 0)
+    throw ExecError("attention: query heads are not a multiple of kv heads");
   if (B == 0 || Hq == 0 || Sq == 0) return;
   const int64_t group = Hq / Hkv;
   const int64_t qblocks = (Sq + kQueryBlock - 1) / kQueryBlock;
   const int64_t tasks = B * Hq * qblocks;
   const vm::LoopTable& L = vm::loops();
-  const int qdt = static_cast<int>(q.dtype), kdt = static_cast<int>(k.dtype), vdt = static_cast<int>(v.dtype);
+  const int qdt = static_cast<int>(q.dtype), kdt = static_cast<int>(k.dtype),
+            vdt = static_cast<int>(v.dtype);
   const int64_t qes = static_cast<int64_t>(kernels::element_size(q.dtype));
   const int64_t kes = static_cast<int64_t>(kernels::element_size(k.dtype));
   const int64_t ves = static_cast<int64_t>(kernels::element_size(v.dtype));
@@ -70,7 +74,9 @@ void attention(const AttentionArgs& A) {
         const int64_t jmax = A.causal ? std::min(Skv, i + 1) : Skv;
         if (mask) {
           const char* mp = at(*mask, b, h, i);
-          L.load[static_cast<int>(mask->dtype)](mrow.data(), mp, mask->strides[3] * static_cast<int64_t>(kernels::element_size(mask->dtype)), jmax);
+          L.load[static_cast<int>(mask->dtype)](
+              mrow.data(), mp,
+              mask->strides[3] * static_cast<int64_t>(kernels::element_size(mask->dtype)), jmax);
         }
         float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
         std::fill(acc.begin(), acc.begin() + Dv, 0.0f);
@@ -109,7 +115,9 @@ void attention(const AttentionArgs& A) {
         char* op = const_cast<char*>(at(o, b, h, i));
         const int64_t oes = static_cast<int64_t>(kernels::element_size(o.dtype));
         if (nan_row || l == 0.0f) {
-          const float fill = (l == 0.0f && !nan_row && A.zero_masked_rows) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+          const float fill = (l == 0.0f && !nan_row && A.zero_masked_rows)
+                                 ? 0.0f
+                                 : std::numeric_limits<float>::quiet_NaN();
           std::fill(acc.begin(), acc.begin() + Dv, fill);
         } else {
           L.scale(acc.data(), 1.0f / l, Dv);

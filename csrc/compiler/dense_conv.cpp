@@ -26,7 +26,8 @@ struct Geo2 {
 Geo2 conv_geo(const TensorRef& in, const TensorRef& w, const TensorRef& out, const ConvParams& p) {
   Geo2 g{};
   const bool one_d = in.ndim == 3;
-  if (in.ndim != 3 && in.ndim != 4) throw ExecError("conv: only 1-D and 2-D convolutions are compiled");
+  if (in.ndim != 3 && in.ndim != 4)
+    throw ExecError("conv: only 1-D and 2-D convolutions are compiled");
   g.N = in.sizes[0];
   g.C = in.sizes[1];
   g.H = one_d ? 1 : in.sizes[2];
@@ -59,7 +60,9 @@ void load_image(const TensorRef& t, int64_t n, int64_t C, int64_t H, int64_t W, 
   const int64_t ws = t.strides[t.ndim - 1] * es;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t h = 0; h < H; ++h)
-      L.load[static_cast<int>(t.dtype)](dst + (c * H + h) * W, static_cast<const char*>(t.data) + off4(t, n, c, h, 0) * es, ws, W);
+      L.load[static_cast<int>(t.dtype)](dst + (c * H + h) * W,
+                                        static_cast<const char*>(t.data) + off4(t, n, c, h, 0) * es,
+                                        ws, W);
 }
 
 void store_image(const TensorRef& t, int64_t n, int64_t C, int64_t H, int64_t W, const float* src) {
@@ -68,7 +71,8 @@ void store_image(const TensorRef& t, int64_t n, int64_t C, int64_t H, int64_t W,
   const int64_t ws = t.strides[t.ndim - 1] * es;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t h = 0; h < H; ++h)
-      L.store[static_cast<int>(t.dtype)](static_cast<char*>(t.data) + off4(t, n, c, h, 0) * es, ws, src + (c * H + h) * W, W);
+      L.store[static_cast<int>(t.dtype)](static_cast<char*>(t.data) + off4(t, n, c, h, 0) * es, ws,
+                                         src + (c * H + h) * W, W);
 }
 
 void load_dense(const TensorRef& t, float* dst) {  // any rank, row-major order
@@ -82,7 +86,8 @@ void load_dense(const TensorRef& t, float* dst) {  // any rank, row-major order
   for (int64_t r = 0; r < rows; ++r) {
     int64_t off = 0;
     for (int d = 0; d + 1 < n; ++d) off += c[static_cast<size_t>(d)] * t.strides[d];
-    L.load[static_cast<int>(t.dtype)](dst + r * inner, static_cast<const char*>(t.data) + off * es, n ? t.strides[n - 1] * es : es, inner);
+    L.load[static_cast<int>(t.dtype)](dst + r * inner, static_cast<const char*>(t.data) + off * es,
+                                      n ? t.strides[n - 1] * es : es, inner);
     for (int d = n - 1; d-- > 0;) {
       if (++c[static_cast<size_t>(d)] < t.sizes[d]) break;
       c[static_cast<size_t>(d)] = 0;
@@ -101,7 +106,8 @@ void store_dense(const TensorRef& t, const float* src) {
   for (int64_t r = 0; r < rows; ++r) {
     int64_t off = 0;
     for (int d = 0; d + 1 < n; ++d) off += c[static_cast<size_t>(d)] * t.strides[d];
-    L.store[static_cast<int>(t.dtype)](static_cast<char*>(t.data) + off * es, n ? t.strides[n - 1] * es : es, src + r * inner, inner);
+    L.store[static_cast<int>(t.dtype)](static_cast<char*>(t.data) + off * es,
+                                       n ? t.strides[n - 1] * es : es, src + r * inner, inner);
     for (int d = n - 1; d-- > 0;) {
       if (++c[static_cast<size_t>(d)] < t.sizes[d]) break;
       c[static_cast<size_t>(d)] = 0;
@@ -120,13 +126,17 @@ void im2col(const float* x, const Geo2& g, int64_t c0, int64_t cn, float* cols) 
         const int64_t ih = oh * g.sh - g.ph + i * g.dh;
         for (int64_t ow = 0; ow < g.Wo; ++ow) {
           const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-          dst[oh * g.Wo + ow] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(c * g.H + ih) * g.W + iw] : 0.0f;
+          dst[oh * g.Wo + ow] =
+              (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(c * g.H + ih) * g.W + iw] : 0.0f;
         }
       }
     }
   };
   const int64_t rows = cn * g.kh * g.kw;
-  if (rows * HoWo < 32768 || rt::in_parallel_region()) body(0, rows); else rt::parallel_for(0, rows, 1, body);
+  if (rows * HoWo < 32768 || rt::in_parallel_region())
+    body(0, rows);
+  else
+    rt::parallel_for(0, rows, 1, body);
 }
 
 void col2im(const float* cols, const Geo2& g, int64_t c0, int64_t cn, float* x) {
@@ -146,11 +156,14 @@ void col2im(const float* cols, const Geo2& g, int64_t c0, int64_t cn, float* x) 
           }
         }
   };
-  if (rt::in_parallel_region()) body(c0, c0 + cn); else rt::parallel_for(c0, c0 + cn, 1, body);
+  if (rt::in_parallel_region())
+    body(c0, c0 + cn);
+  else
+    rt::parallel_for(c0, c0 + cn, 1, body);
 }
 
-void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t b_rs,
-           int64_t b_cs, float* c, int64_t c_rs, float beta) {
+void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs,
+           const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t c_rs, float beta) {
   kernels::GemmProblem p;
   p.m = m;
   p.n = n;
@@ -170,27 +183,32 @@ void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_
 
 }  // namespace
 
-void conv(const TensorRef& input, const TensorRef& weight, const TensorRef* bias, const TensorRef& out, const ConvParams& p) {
+void conv(const TensorRef& input, const TensorRef& weight, const TensorRef* bias,
+          const TensorRef& out, const ConvParams& p) {
   const Geo2 g = conv_geo(input, weight, out, p);
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, KK = Cg * g.kh * g.kw, HoWo = g.Ho * g.Wo;
   std::vector<float> w(static_cast<size_t>(g.O * KK)), x(static_cast<size_t>(g.C * g.H * g.W)),
-      cols(static_cast<size_t>(KK * HoWo)), y(static_cast<size_t>(g.O * HoWo)), bv(static_cast<size_t>(g.O), 0.0f);
+      cols(static_cast<size_t>(KK * HoWo)), y(static_cast<size_t>(g.O * HoWo)),
+      bv(static_cast<size_t>(g.O), 0.0f);
   load_dense(weight, w.data());
   if (bias) load_dense(*bias, bv.data());
   for (int64_t n = 0; n < g.N; ++n) {
     load_image(input, n, g.C, g.H, g.W, x.data());
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       im2col(x.data(), g, gr * Cg, Cg, cols.data());
-      sgemm(Og, HoWo, KK, w.data() + gr * Og * KK, KK, 1, cols.data(), HoWo, 1, y.data() + gr * Og * HoWo, HoWo, 0.0f);
+      sgemm(Og, HoWo, KK, w.data() + gr * Og * KK, KK, 1, cols.data(), HoWo, 1,
+            y.data() + gr * Og * HoWo, HoWo, 0.0f);
     }
     for (int64_t o = 0; o < g.O; ++o)
-      for (int64_t i = 0; i < HoWo; ++i) y[static_cast<size_t>(o * HoWo + i)] += bv[static_cast<size_t>(o)];
+      for (int64_t i = 0; i < HoWo; ++i)
+        y[static_cast<size_t>(o * HoWo + i)] += bv[static_cast<size_t>(o)];
     store_image(out, n, g.O, g.Ho, g.Wo, y.data());
   }
 }
 
-void conv_backward(const TensorRef& grad_out, const TensorRef& input, const TensorRef& weight, const TensorRef* grad_input,
-                   const TensorRef* grad_weight, const TensorRef* grad_bias, const ConvParams& p) {
+void conv_backward(const TensorRef& grad_out, const TensorRef& input, const TensorRef& weight,
+                   const TensorRef* grad_input, const TensorRef* grad_weight,
+                   const TensorRef* grad_bias, const ConvParams& p) {
   const Geo2 g = conv_geo(input, weight, grad_out, p);
   const int64_t Cg = g.C / g.groups, Og = g.O / g.groups, KK = Cg * g.kh * g.kw, HoWo = g.Ho * g.Wo;
   std::vector<float> w(static_cast<size_t>(g.O * KK)), x(static_cast<size_t>(g.C * g.H * g.W)),
@@ -259,14 +277,19 @@ void for_planes(int64_t count, int64_t work, F&& f) {
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) f(i);
   };
-  if (count * work < 16384 || rt::in_parallel_region()) body(0, count); else rt::parallel_for(0, count, 1, body);
+  if (count * work < 16384 || rt::in_parallel_region())
+    body(0, count);
+  else
+    rt::parallel_for(0, count, 1, body);
 }
 
 }  // namespace
 
-void max_pool(const TensorRef& input, const TensorRef& out, const TensorRef& indices, const PoolParams& p) {
+void max_pool(const TensorRef& input, const TensorRef& out, const TensorRef& indices,
+              const PoolParams& p) {
   const int r = input.ndim;
-  const int64_t H = input.sizes[r - 2], W = input.sizes[r - 1], Ho = out.sizes[r - 2], Wo = out.sizes[r - 1];
+  const int64_t H = input.sizes[r - 2], W = input.sizes[r - 1], Ho = out.sizes[r - 2],
+                Wo = out.sizes[r - 1];
   const Planes pl = planes_of(input);
   const vm::LoopTable& L = vm::loops();
   for_planes(pl.count, H * W, [&](int64_t i) {
@@ -275,7 +298,8 @@ void max_pool(const TensorRef& input, const TensorRef& out, const TensorRef& ind
     const int64_t ies = static_cast<int64_t>(kernels::element_size(input.dtype));
     const char* base = static_cast<const char*>(input.data) + plane_off(input, pl, i) * ies;
     for (int64_t h = 0; h < H; ++h)
-      L.load[static_cast<int>(input.dtype)](x.data() + h * W, base + h * input.strides[r - 2] * ies, input.strides[r - 1] * ies, W);
+      L.load[static_cast<int>(input.dtype)](x.data() + h * W, base + h * input.strides[r - 2] * ies,
+                                            input.strides[r - 1] * ies, W);
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
         float best = -std::numeric_limits<float>::infinity();
@@ -301,15 +325,19 @@ void max_pool(const TensorRef& input, const TensorRef& out, const TensorRef& ind
     char* ob = static_cast<char*>(out.data) + plane_off(out, pl, i) * oes;
     char* ib = static_cast<char*>(indices.data) + plane_off(indices, pl, i) * 8;
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      L.store[static_cast<int>(out.dtype)](ob + oh * out.strides[r - 2] * oes, out.strides[r - 1] * oes, y.data() + oh * Wo, Wo);
-      L.storei[static_cast<int>(DType::Int64)](ib + oh * indices.strides[r - 2] * 8, indices.strides[r - 1] * 8, ix.data() + oh * Wo, Wo);
+      L.store[static_cast<int>(out.dtype)](ob + oh * out.strides[r - 2] * oes,
+                                           out.strides[r - 1] * oes, y.data() + oh * Wo, Wo);
+      L.storei[static_cast<int>(DType::Int64)](ib + oh * indices.strides[r - 2] * 8,
+                                               indices.strides[r - 1] * 8, ix.data() + oh * Wo, Wo);
     }
   });
 }
 
-void max_pool_backward(const TensorRef& grad_out, const TensorRef& indices, const TensorRef& grad_in) {
+void max_pool_backward(const TensorRef& grad_out, const TensorRef& indices,
+                       const TensorRef& grad_in) {
   const int r = grad_in.ndim;
-  const int64_t H = grad_in.sizes[r - 2], W = grad_in.sizes[r - 1], Ho = grad_out.sizes[r - 2], Wo = grad_out.sizes[r - 1];
+  const int64_t H = grad_in.sizes[r - 2], W = grad_in.sizes[r - 1], Ho = grad_out.sizes[r - 2],
+                Wo = grad_out.sizes[r - 1];
   const Planes pl = planes_of(grad_in);
   const vm::LoopTable& L = vm::loops();
   for_planes(pl.count, H * W, [&](int64_t i) {
@@ -319,18 +347,25 @@ void max_pool_backward(const TensorRef& grad_out, const TensorRef& indices, cons
     const char* gb = static_cast<const char*>(grad_out.data) + plane_off(grad_out, pl, i) * ges;
     const char* ibase = static_cast<const char*>(indices.data) + plane_off(indices, pl, i) * 8;
     for (int64_t oh = 0; oh < Ho; ++oh) {
-      L.load[static_cast<int>(grad_out.dtype)](gy.data() + oh * Wo, gb + oh * grad_out.strides[r - 2] * ges, grad_out.strides[r - 1] * ges, Wo);
-      L.loadi[static_cast<int>(DType::Int64)](ix.data() + oh * Wo, ibase + oh * indices.strides[r - 2] * 8, indices.strides[r - 1] * 8, Wo);
+      L.load[static_cast<int>(grad_out.dtype)](gy.data() + oh * Wo,
+                                               gb + oh * grad_out.strides[r - 2] * ges,
+                                               grad_out.strides[r - 1] * ges, Wo);
+      L.loadi[static_cast<int>(DType::Int64)](ix.data() + oh * Wo,
+                                              ibase + oh * indices.strides[r - 2] * 8,
+                                              indices.strides[r - 1] * 8, Wo);
     }
     for (int64_t k = 0; k < Ho * Wo; ++k) {
       const int64_t idx = ix[static_cast<size_t>(k)];
-      if (idx < 0 || idx >= H * W) throw ExecError(rt::str("max_pool_backward: index ", idx, " outside a ", H, "x", W, " plane"));
+      if (idx < 0 || idx >= H * W)
+        throw ExecError(
+            rt::str("max_pool_backward: index ", idx, " outside a ", H, "x", W, " plane"));
       gx[static_cast<size_t>(idx)] += gy[static_cast<size_t>(k)];
     }
     const int64_t oes = static_cast<int64_t>(kernels::element_size(grad_in.dtype));
     char* ob = static_cast<char*>(grad_in.data) + plane_off(grad_in, pl, i) * oes;
     for (int64_t h = 0; h < H; ++h)
-      L.store[static_cast<int>(grad_in.dtype)](ob + h * grad_in.strides[r - 2] * oes, grad_in.strides[r - 1] * oes, gx.data() + h * W, W);
+      L.store[static_cast<int>(grad_in.dtype)](ob + h * grad_in.strides[r - 2] * oes,
+                                               grad_in.strides[r - 1] * oes, gx.data() + h * W, W);
   });
 }
 
@@ -341,7 +376,8 @@ struct AvgWin {
 };
 AvgWin avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const PoolParams& p) {
   int64_t hs = oh * p.stride[0] - p.padding[0], ws = ow * p.stride[1] - p.padding[1];
-  int64_t he = std::min(hs + p.kernel[0], H + p.padding[0]), we = std::min(ws + p.kernel[1], W + p.padding[1]);
+  int64_t he = std::min(hs + p.kernel[0], H + p.padding[0]),
+          we = std::min(ws + p.kernel[1], W + p.padding[1]);
   const int64_t pool = (he - hs) * (we - ws);
   hs = std::max<int64_t>(hs, 0);
   ws = std::max<int64_t>(ws, 0);
@@ -355,7 +391,8 @@ AvgWin avg_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const PoolParams
 
 void avg_pool(const TensorRef& input, const TensorRef& out, const PoolParams& p) {
   const int r = input.ndim;
-  const int64_t H = input.sizes[r - 2], W = input.sizes[r - 1], Ho = out.sizes[r - 2], Wo = out.sizes[r - 1];
+  const int64_t H = input.sizes[r - 2], W = input.sizes[r - 1], Ho = out.sizes[r - 2],
+                Wo = out.sizes[r - 1];
   const Planes pl = planes_of(input);
   const vm::LoopTable& L = vm::loops();
   for_planes(pl.count, H * W, [&](int64_t i) {
@@ -363,7 +400,8 @@ void avg_pool(const TensorRef& input, const TensorRef& out, const PoolParams& p)
     const int64_t ies = static_cast<int64_t>(kernels::element_size(input.dtype));
     const char* base = static_cast<const char*>(input.data) + plane_off(input, pl, i) * ies;
     for (int64_t h = 0; h < H; ++h)
-      L.load[static_cast<int>(input.dtype)](x.data() + h * W, base + h * input.strides[r - 2] * ies, input.strides[r - 1] * ies, W);
+      L.load[static_cast<int>(input.dtype)](x.data() + h * W, base + h * input.strides[r - 2] * ies,
+                                            input.strides[r - 1] * ies, W);
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
         const AvgWin w = avg_window(oh, ow, H, W, p);
@@ -375,13 +413,15 @@ void avg_pool(const TensorRef& input, const TensorRef& out, const PoolParams& p)
     const int64_t oes = static_cast<int64_t>(kernels::element_size(out.dtype));
     char* ob = static_cast<char*>(out.data) + plane_off(out, pl, i) * oes;
     for (int64_t oh = 0; oh < Ho; ++oh)
-      L.store[static_cast<int>(out.dtype)](ob + oh * out.strides[r - 2] * oes, out.strides[r - 1] * oes, y.data() + oh * Wo, Wo);
+      L.store[static_cast<int>(out.dtype)](ob + oh * out.strides[r - 2] * oes,
+                                           out.strides[r - 1] * oes, y.data() + oh * Wo, Wo);
   });
 }
 
 void avg_pool_backward(const TensorRef& grad_out, const TensorRef& grad_in, const PoolParams& p) {
   const int r = grad_in.ndim;
-  const int64_t H = grad_in.sizes[r - 2], W = grad_in.sizes[r - 1], Ho = grad_out.sizes[r - 2], Wo = grad_out.sizes[r - 1];
+  const int64_t H = grad_in.sizes[r - 2], W = grad_in.sizes[r - 1], Ho = grad_out.sizes[r - 2],
+                Wo = grad_out.sizes[r - 1];
   const Planes pl = planes_of(grad_in);
   const vm::LoopTable& L = vm::loops();
   for_planes(pl.count, H * W, [&](int64_t i) {
@@ -389,7 +429,9 @@ void avg_pool_backward(const TensorRef& grad_out, const TensorRef& grad_in, cons
     const int64_t ges = static_cast<int64_t>(kernels::element_size(grad_out.dtype));
     const char* gb = static_cast<const char*>(grad_out.data) + plane_off(grad_out, pl, i) * ges;
     for (int64_t oh = 0; oh < Ho; ++oh)
-      L.load[static_cast<int>(grad_out.dtype)](gy.data() + oh * Wo, gb + oh * grad_out.strides[r - 2] * ges, grad_out.strides[r - 1] * ges, Wo);
+      L.load[static_cast<int>(grad_out.dtype)](gy.data() + oh * Wo,
+                                               gb + oh * grad_out.strides[r - 2] * ges,
+                                               grad_out.strides[r - 1] * ges, Wo);
     for (int64_t oh = 0; oh < Ho; ++oh)
       for (int64_t ow = 0; ow < Wo; ++ow) {
         const AvgWin w = avg_window(oh, ow, H, W, p);
@@ -400,7 +442,8 @@ void avg_pool_backward(const TensorRef& grad_out, const TensorRef& grad_in, cons
     const int64_t oes = static_cast<int64_t>(kernels::element_size(grad_in.dtype));
     char* ob = static_cast<char*>(grad_in.data) + plane_off(grad_in, pl, i) * oes;
     for (int64_t h = 0; h < H; ++h)
-      L.store[static_cast<int>(grad_in.dtype)](ob + h * grad_in.strides[r - 2] * oes, grad_in.strides[r - 1] * oes, gx.data() + h * W, W);
+      L.store[static_cast<int>(grad_in.dtype)](ob + h * grad_in.strides[r - 2] * oes,
+                                               grad_in.strides[r - 1] * oes, gx.data() + h * W, W);
   });
 }
 
@@ -428,7 +471,8 @@ const CustomKernel& custom_kernel(const std::string& target) {
   std::lock_guard<std::mutex> lock(g_custom_mu);
   auto it = custom_table().find(target);
   if (it == custom_table().end())
-    throw ExecError(rt::str("custom op '", target, "' has no native kernel registered in this process"));
+    throw ExecError(
+        rt::str("custom op '", target, "' has no native kernel registered in this process"));
   return it->second;
 }
 

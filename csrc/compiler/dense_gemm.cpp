@@ -26,14 +26,15 @@ bool gemv_ok(DType in, DType out, int64_t m, int64_t b_rs) {
 }
 
 // y[M, N] = x[M, K] @ W^T where W is stored as rows of K (b[k, n] at n * ldw + k).
-void gemv(const char* a, int64_t a_rs, int64_t a_cs, const char* b, int64_t ldw, char* c, int64_t c_rs, int64_t c_cs,
-          int64_t m, int64_t n, int64_t k, DType in, DType out) {
+void gemv(const char* a, int64_t a_rs, int64_t a_cs, const char* b, int64_t ldw, char* c,
+          int64_t c_rs, int64_t c_cs, int64_t m, int64_t n, int64_t k, DType in, DType out) {
   const vm::LoopTable& L = vm::loops();
   thread_local std::vector<float> x, y;
   x.resize(static_cast<size_t>(m * k));
   y.resize(static_cast<size_t>(m * n));
   const int64_t es = static_cast<int64_t>(kernels::element_size(in));
-  for (int64_t r = 0; r < m; ++r) L.load[static_cast<int>(in)](x.data() + r * k, a + r * a_rs * es, a_cs * es, k);
+  for (int64_t r = 0; r < m; ++r)
+    L.load[static_cast<int>(in)](x.data() + r * k, a + r * a_rs * es, a_cs * es, k);
   float* yp = y.data();
   const float* xp = x.data();
   const int64_t grain = std::max<int64_t>(8, 32768 / std::max<int64_t>(k * m, 1));
@@ -44,21 +45,25 @@ void gemv(const char* a, int64_t a_rs, int64_t a_cs, const char* b, int64_t ldw,
     rt::parallel_for(0, n, grain, body);
   }
   const int64_t os = static_cast<int64_t>(kernels::element_size(out));
-  for (int64_t r = 0; r < m; ++r) L.store[static_cast<int>(out)](c + r * c_rs * os, c_cs * os, yp + r * n, n);
+  for (int64_t r = 0; r < m; ++r)
+    L.store[static_cast<int>(out)](c + r * c_rs * os, c_cs * os, yp + r * n, n);
 }
 
 }  // namespace
 
 void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
   const int r = a.ndim;
-  if (r < 2 || b.ndim != r || c.ndim != r) throw ExecError("matmul: operands must have the same rank >= 2");
+  if (r < 2 || b.ndim != r || c.ndim != r)
+    throw ExecError("matmul: operands must have the same rank >= 2");
   const int64_t m = a.sizes[r - 2], k = a.sizes[r - 1], n = b.sizes[r - 1];
   if (b.sizes[r - 2] != k || c.sizes[r - 2] != m || c.sizes[r - 1] != n)
-    throw ExecError(rt::str("matmul: shapes do not match (", m, "x", k, " @ ", b.sizes[r - 2], "x", n, ")"));
+    throw ExecError(
+        rt::str("matmul: shapes do not match (", m, "x", k, " @ ", b.sizes[r - 2], "x", n, ")"));
   if (m == 0 || n == 0) return;
   std::vector<BatchDim> bd;
   for (int d = 0; d < r - 2; ++d) {
-    if (a.sizes[d] != b.sizes[d] || a.sizes[d] != c.sizes[d]) throw ExecError("matmul: batch dims differ");
+    if (a.sizes[d] != b.sizes[d] || a.sizes[d] != c.sizes[d])
+      throw ExecError("matmul: batch dims differ");
     if (a.sizes[d] == 1) continue;
     BatchDim x{a.sizes[d], a.strides[d], b.strides[d], c.strides[d]};
     if (!bd.empty()) {
@@ -90,8 +95,9 @@ void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
     char* cp = static_cast<char*>(c.data) + oc * ec;
     if (use_gemv) {
       for (int64_t bi = 0; bi < last.size; ++bi)
-        gemv(ap + bi * last.sa * ea, a.strides[r - 2], a.strides[r - 1], bp + bi * last.sb * ea, b.strides[r - 1],
-             cp + bi * last.sc * ec, c.strides[r - 2], c.strides[r - 1], m, n, k, a.dtype, c.dtype);
+        gemv(ap + bi * last.sa * ea, a.strides[r - 2], a.strides[r - 1], bp + bi * last.sb * ea,
+             b.strides[r - 1], cp + bi * last.sc * ec, c.strides[r - 2], c.strides[r - 1], m, n, k,
+             a.dtype, c.dtype);
     } else {
       kernels::GemmProblem p;
       p.batch = last.size;

@@ -30,12 +30,14 @@ int64_t read_index(const TensorRef& t, int64_t elem_off) {
     std::memcpy(&v, p, 4);
     return v;
   }
-  throw ExecError(rt::str("index tensors must be int32 or int64, got ", kernels::dtype_name(t.dtype)));
+  throw ExecError(
+      rt::str("index tensors must be int32 or int64, got ", kernels::dtype_name(t.dtype)));
 }
 
 int64_t checked_index(int64_t v, int64_t size, int dim) {
   if (v < -size || v >= size)
-    throw ExecError(rt::str("index ", v, " is out of bounds for dimension ", dim, " with size ", size));
+    throw ExecError(
+        rt::str("index ", v, " is out of bounds for dimension ", dim, " with size ", size));
   return v < 0 ? v + size : v;
 }
 
@@ -91,7 +93,10 @@ void move_block(char* dst, const int64_t* dst_strides, const char* src, const in
   const int64_t es = static_cast<int64_t>(kernels::element_size(t));
   const size_t n = sizes.size();
   if (n == 0) {
-    if (accumulate) add_elem(dst, src, t); else std::memcpy(dst, src, static_cast<size_t>(es));
+    if (accumulate)
+      add_elem(dst, src, t);
+    else
+      std::memcpy(dst, src, static_cast<size_t>(es));
     return;
   }
   const int64_t inner = sizes[n - 1];
@@ -111,8 +116,10 @@ void move_block(char* dst, const int64_t* dst_strides, const char* src, const in
       std::memcpy(dp, sp, static_cast<size_t>(inner * es));
     } else {
       for (int64_t i = 0; i < inner; ++i) {
-        if (accumulate) add_elem(dp + i * ds * es, sp + i * ss * es, t);
-        else std::memcpy(dp + i * ds * es, sp + i * ss * es, static_cast<size_t>(es));
+        if (accumulate)
+          add_elem(dp + i * ds * es, sp + i * ss * es, t);
+        else
+          std::memcpy(dp + i * ds * es, sp + i * ss * es, static_cast<size_t>(es));
       }
     }
     for (size_t d = n - 1; d-- > 0;) {
@@ -125,14 +132,15 @@ void move_block(char* dst, const int64_t* dst_strides, const char* src, const in
 // The geometry shared by index and index_put: x (the indexed tensor) and r (the result
 // shaped like x[idx...]).
 struct IndexGeometry {
-  std::vector<int64_t> outer_sizes;                  // prefix dims then broadcast index dims
-  std::vector<int64_t> outer_x_strides;              // x strides of prefix dims (index dims: 0)
-  std::vector<int64_t> outer_r_strides;              // r strides of the outer dims
+  std::vector<int64_t> outer_sizes;      // prefix dims then broadcast index dims
+  std::vector<int64_t> outer_x_strides;  // x strides of prefix dims (index dims: 0)
+  std::vector<int64_t> outer_r_strides;  // r strides of the outer dims
   int n_prefix = 0;
   std::vector<int64_t> block_sizes, block_x_strides, block_r_strides;  // remaining dims
 };
 
-IndexGeometry geometry(const TensorRef& x, const TensorRef& r, const std::vector<TensorRef>& idx, const std::vector<int>& dims) {
+IndexGeometry geometry(const TensorRef& x, const TensorRef& r, const std::vector<TensorRef>& idx,
+                       const std::vector<int>& dims) {
   IndexGeometry g;
   const int nb = idx.empty() ? 0 : idx[0].ndim;
   bool adjacent = true;
@@ -166,8 +174,8 @@ IndexGeometry geometry(const TensorRef& x, const TensorRef& r, const std::vector
 }
 
 template <typename F>
-void for_outer(const IndexGeometry& g, const std::vector<TensorRef>& idx, const std::vector<int>& dims, const TensorRef& x,
-               bool parallel, F&& f) {
+void for_outer(const IndexGeometry& g, const std::vector<TensorRef>& idx,
+               const std::vector<int>& dims, const TensorRef& x, bool parallel, F&& f) {
   int64_t total = 1;
   for (int64_t s : g.outer_sizes) total *= s;
   int64_t block = 1;
@@ -183,7 +191,8 @@ void for_outer(const IndexGeometry& g, const std::vector<TensorRef>& idx, const 
       }
       for (size_t i = 0; i < idx.size(); ++i) {
         int64_t io = 0;
-        for (int j = 0; j < nb; ++j) io += c[static_cast<size_t>(g.n_prefix + j)] * idx[i].strides[j];
+        for (int j = 0; j < nb; ++j)
+          io += c[static_cast<size_t>(g.n_prefix + j)] * idx[i].strides[j];
         const int d = dims[i];
         xo += checked_index(read_index(idx[i], io), x.sizes[d], d) * x.strides[d];
       }
@@ -200,28 +209,34 @@ void for_outer(const IndexGeometry& g, const std::vector<TensorRef>& idx, const 
 
 }  // namespace
 
-void index(const TensorRef& x, const TensorRef& out, const std::vector<TensorRef>& idx, const std::vector<int>& dims) {
-  if (idx.size() != dims.size() || idx.empty()) throw ExecError("index: needs one dim per index tensor");
+void index(const TensorRef& x, const TensorRef& out, const std::vector<TensorRef>& idx,
+           const std::vector<int>& dims) {
+  if (idx.size() != dims.size() || idx.empty())
+    throw ExecError("index: needs one dim per index tensor");
   for (const TensorRef& t : idx)
-    if (t.ndim != idx[0].ndim) throw ExecError("index: index tensors must be broadcast to one shape");
+    if (t.ndim != idx[0].ndim)
+      throw ExecError("index: index tensors must be broadcast to one shape");
   const IndexGeometry g = geometry(x, out, idx, dims);
   const int64_t es = esize(x);
   for_outer(g, idx, dims, x, true, [&](int64_t xo, int64_t ro) {
-    move_block(static_cast<char*>(out.data) + ro * es, g.block_r_strides.data(), static_cast<const char*>(x.data) + xo * es,
-               g.block_x_strides.data(), g.block_sizes, x.dtype, false);
+    move_block(static_cast<char*>(out.data) + ro * es, g.block_r_strides.data(),
+               static_cast<const char*>(x.data) + xo * es, g.block_x_strides.data(), g.block_sizes,
+               x.dtype, false);
   });
 }
 
-void index_put(const TensorRef& self, const TensorRef& values, const TensorRef& out, const std::vector<TensorRef>& idx,
-               const std::vector<int>& dims, bool accumulate, bool inplace) {
+void index_put(const TensorRef& self, const TensorRef& values, const TensorRef& out,
+               const std::vector<TensorRef>& idx, const std::vector<int>& dims, bool accumulate,
+               bool inplace) {
   if (!inplace) kernels::copy(out, self);
   if (idx.empty()) throw ExecError("index_put: needs an index tensor");
   const IndexGeometry g = geometry(out, values, idx, dims);
   const int64_t es = esize(out);
   // Duplicate indices accumulate in order; plain writes may run in parallel.
   for_outer(g, idx, dims, out, !accumulate, [&](int64_t xo, int64_t ro) {
-    move_block(static_cast<char*>(out.data) + xo * es, g.block_x_strides.data(), static_cast<const char*>(values.data) + ro * es,
-               g.block_r_strides.data(), g.block_sizes, out.dtype, accumulate);
+    move_block(static_cast<char*>(out.data) + xo * es, g.block_x_strides.data(),
+               static_cast<const char*>(values.data) + ro * es, g.block_r_strides.data(),
+               g.block_sizes, out.dtype, accumulate);
   });
 }
 
@@ -241,14 +256,18 @@ void gather(const TensorRef& x, const TensorRef& index, const TensorRef& out, in
         if (d != dim) xo += c[static_cast<size_t>(d)] * x.strides[d];
       }
       xo += checked_index(read_index(index, io), x.sizes[dim], dim) * x.strides[dim];
-      std::memcpy(static_cast<char*>(out.data) + oo * es, static_cast<const char*>(x.data) + xo * es, static_cast<size_t>(es));
+      std::memcpy(static_cast<char*>(out.data) + oo * es,
+                  static_cast<const char*>(x.data) + xo * es, static_cast<size_t>(es));
     });
   };
-  if (total < 16384 || rt::in_parallel_region()) body(0, total); else rt::parallel_for(0, total, 16384, body);
+  if (total < 16384 || rt::in_parallel_region())
+    body(0, total);
+  else
+    rt::parallel_for(0, total, 16384, body);
 }
 
-void scatter(const TensorRef& self, const TensorRef& index, const TensorRef& src, const TensorRef& out, int dim, bool add,
-             bool inplace) {
+void scatter(const TensorRef& self, const TensorRef& index, const TensorRef& src,
+             const TensorRef& out, int dim, bool add, bool inplace) {
   if (!inplace) kernels::copy(out, self);
   const int n = index.ndim;
   std::vector<int64_t> sizes(index.sizes, index.sizes + n);
@@ -265,18 +284,22 @@ void scatter(const TensorRef& self, const TensorRef& index, const TensorRef& src
     oo += checked_index(read_index(index, io), out.sizes[dim], dim) * out.strides[dim];
     char* dp = static_cast<char*>(out.data) + oo * es;
     const char* sp = static_cast<const char*>(src.data) + so * es;
-    if (add) add_elem(dp, sp, out.dtype); else std::memcpy(dp, sp, static_cast<size_t>(es));
+    if (add)
+      add_elem(dp, sp, out.dtype);
+    else
+      std::memcpy(dp, sp, static_cast<size_t>(es));
   });
 }
 
-void slice_scatter(const TensorRef& self, const TensorRef& src, const TensorRef& out, int dim, int64_t start, int64_t end,
-                   int64_t step, bool inplace) {
+void slice_scatter(const TensorRef& self, const TensorRef& src, const TensorRef& out, int dim,
+                   int64_t start, int64_t end, int64_t step, bool inplace) {
   if (!inplace) kernels::copy(out, self);
   TensorRef view = out;
   view.data = static_cast<char*>(out.data) + start * out.strides[dim] * esize(out);
   view.sizes[dim] = step > 0 ? (end - start + step - 1) / step : 0;
   view.strides[dim] = out.strides[dim] * step;
-  if (view.sizes[dim] != src.sizes[dim]) throw ExecError("slice_scatter: src does not fill the slice");
+  if (view.sizes[dim] != src.sizes[dim])
+    throw ExecError("slice_scatter: src does not fill the slice");
   kernels::copy(view, src);
 }
 

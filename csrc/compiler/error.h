@@ -32,16 +32,16 @@ class ExecError : public rt::Error {
 
 }  // namespace neuron::cc
 
-#define NEURON_CC_CHECK(cond, ...)                                       \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]] {                                          \
-      throw ::neuron::cc::CompileError(::neuron::rt::str(__VA_ARGS__));  \
-    }                                                                    \
+#define NEURON_CC_CHECK(cond, ...)                                      \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]] {                                         \
+      throw ::neuron::cc::CompileError(::neuron::rt::str(__VA_ARGS__)); \
+    }                                                                   \
   } while (0)
 
-#define NEURON_CC_CHECK_T(ErrType, cond, ...)                            \
-  do {                                                                   \
-    if (!(cond)) [[unlikely]] {                                          \
-      throw ::neuron::cc::ErrType(::neuron::rt::str(__VA_ARGS__));       \
-    }                                                                    \
+#define NEURON_CC_CHECK_T(ErrType, cond, ...)                      \
+  do {                                                             \
+    if (!(cond)) [[unlikely]] {                                    \
+      throw ::neuron::cc::ErrType(::neuron::rt::str(__VA_ARGS__)); \
+    }                                                              \
   } while (0)

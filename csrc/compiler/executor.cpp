@@ -13,7 +13,8 @@ namespace {
 void run_kernel(const Step& s, const Buffers& b) {
   std::vector<char*> bases(s.kernel_buffers.size());
   for (size_t o = 0; o < bases.size(); ++o)
-    bases[o] = static_cast<char*>(resolve(s.tensors[static_cast<size_t>(s.kernel_buffers[o])], b).data);
+    bases[o] =
+        static_cast<char*>(resolve(s.tensors[static_cast<size_t>(s.kernel_buffers[o])], b).data);
   vm::run(*s.kernel, bases.data());
 }
 
@@ -85,11 +86,12 @@ void run_step(const Step& s, const Buffers& b) {
       dense::gather(T(0), T(1), T(2), static_cast<int>(s.ints.at(0)));
       return;
     case StepKind::Scatter:
-      dense::scatter(T(0), T(1), T(2), T(3), static_cast<int>(s.ints.at(0)), s.ints.at(1) != 0, s.ints.at(2) != 0);
+      dense::scatter(T(0), T(1), T(2), T(3), static_cast<int>(s.ints.at(0)), s.ints.at(1) != 0,
+                     s.ints.at(2) != 0);
       return;
     case StepKind::SliceScatter:
-      dense::slice_scatter(T(0), T(1), T(2), static_cast<int>(s.ints.at(0)), s.ints.at(1), s.ints.at(2), s.ints.at(3),
-                           s.ints.at(4) != 0);
+      dense::slice_scatter(T(0), T(1), T(2), static_cast<int>(s.ints.at(0)), s.ints.at(1),
+                           s.ints.at(2), s.ints.at(3), s.ints.at(4) != 0);
       return;
     case StepKind::Copy:
       kernels::copy(T(1), T(0));
@@ -112,8 +114,8 @@ void run_step(const Step& s, const Buffers& b) {
       } else {
         kernels::TensorRef gi = T(3), gw = T(4), gb = T(5);
         const size_t m = 2 + 3 * nsp;
-        dense::conv_backward(T(0), T(1), T(2), s.ints.at(m) ? &gi : nullptr, s.ints.at(m + 1) ? &gw : nullptr,
-                             s.ints.at(m + 2) ? &gb : nullptr, p);
+        dense::conv_backward(T(0), T(1), T(2), s.ints.at(m) ? &gi : nullptr,
+                             s.ints.at(m + 1) ? &gw : nullptr, s.ints.at(m + 2) ? &gb : nullptr, p);
       }
       return;
     }
@@ -143,14 +145,16 @@ void run_step(const Step& s, const Buffers& b) {
 }  // namespace
 
 void execute(const Program& p, const Buffers& b) {
-  if (b.inputs.size() != p.inputs.size() || b.outputs.size() != p.outputs.size() || b.constants.size() != p.constants.size())
+  if (b.inputs.size() != p.inputs.size() || b.outputs.size() != p.outputs.size() ||
+      b.constants.size() != p.constants.size())
     throw ExecError("compiled program: buffer count mismatch");
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];
     try {
       run_step(s, b);
     } catch (const std::exception& e) {
-      throw ExecError(rt::str("compiled graph step #", i, " ", step_kind_name(s.kind), " (", s.name, "): ", e.what()));
+      throw ExecError(rt::str("compiled graph step #", i, " ", step_kind_name(s.kind), " (", s.name,
+                              "): ", e.what()));
     }
   }
 }

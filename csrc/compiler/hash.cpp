@@ -65,7 +65,8 @@ std::array<uint64_t, 2> Hasher::digest128() const {
 std::string Hasher::hex128() const {
   const auto d = digest128();
   char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(d[0]), static_cast<unsigned long long>(d[1]));
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(d[0]),
+                static_cast<unsigned long long>(d[1]));
   return buf;
 }
 

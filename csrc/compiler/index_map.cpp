@@ -27,7 +27,8 @@ void add_to(Affine& acc, const Affine& a) {
 
 // Splits l into (l div n, l mod n) when both parts stay affine on the domain; else asks for a
 // domain split or fails.
-bool divmod_affine(const Affine& l, int64_t n, const Domain& dom, Affine* hi, Affine* lo, MapResult* res) {
+bool divmod_affine(const Affine& l, int64_t n, const Domain& dom, Affine* hi, Affine* lo,
+                   MapResult* res) {
   if (n == 1) {
     *hi = l;
     *lo = dom.zero();
@@ -69,7 +70,8 @@ bool divmod_affine(const Affine& l, int64_t n, const Domain& dom, Affine* hi, Af
       return false;
     }
   }
-  res->why = rt::str("an index of the form ", affine_str(l), " cannot be split by ", n, " on this domain");
+  res->why =
+      rt::str("an index of the form ", affine_str(l), " cannot be split by ", n, " on this domain");
   return false;
 }
 
@@ -114,7 +116,8 @@ std::optional<IndexMap> Domain::canonical(const Shape& s) const {
   auto row_of = [&](int fdim) {
     Affine a = zero();
     for (int k = 0; k < rank(); ++k)
-      if (owner[static_cast<size_t>(k)] == fdim) a.c[static_cast<size_t>(k)] = mult[static_cast<size_t>(k)];
+      if (owner[static_cast<size_t>(k)] == fdim)
+        a.c[static_cast<size_t>(k)] = mult[static_cast<size_t>(k)];
     return a;
   };
   IndexMap m;
@@ -125,14 +128,16 @@ std::optional<IndexMap> Domain::canonical(const Shape& s) const {
   if (!any_inner) return std::nullopt;
   std::vector<bool> red(F.size(), false);
   for (int k = 0; k < rank(); ++k)
-    if (inner[static_cast<size_t>(k)]) red[static_cast<size_t>(owner[static_cast<size_t>(k)])] = true;
+    if (inner[static_cast<size_t>(k)])
+      red[static_cast<size_t>(owner[static_cast<size_t>(k)])] = true;
   Shape keep, squeeze;
   for (size_t d = 0; d < F.size(); ++d) {
     keep.push_back(red[d] ? 1 : F[d]);
     if (!red[d]) squeeze.push_back(F[d]);
   }
   if (s == keep) {
-    for (size_t d = 0; d < F.size(); ++d) m.rows.push_back(red[d] ? zero() : row_of(static_cast<int>(d)));
+    for (size_t d = 0; d < F.size(); ++d)
+      m.rows.push_back(red[d] ? zero() : row_of(static_cast<int>(d)));
     return m;
   }
   if (s == squeeze) {
@@ -143,7 +148,8 @@ std::optional<IndexMap> Domain::canonical(const Shape& s) const {
   return std::nullopt;
 }
 
-IndexMap map_broadcast(const IndexMap& out, const Shape& result, const Shape& operand, const Domain& dom) {
+IndexMap map_broadcast(const IndexMap& out, const Shape& result, const Shape& operand,
+                       const Domain& dom) {
   IndexMap m;
   m.cons = out.cons;
   const size_t off = result.size() - operand.size();
@@ -251,7 +257,8 @@ MapResult map_through_move(const Graph& g, const Node& n, const IndexMap& out, c
       res.map = map_broadcast(out, out_shape, in_shape, dom);
       return res;
     case Op::slice: {
-      const size_t d = static_cast<size_t>(normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(in_shape.size()), "slice"));
+      const size_t d = static_cast<size_t>(
+          normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(in_shape.size()), "slice"));
       IndexMap m = out;
       Affine& r = m.rows[d];
       r = scaled(r, n.attrs.i("step", 1));
@@ -310,8 +317,8 @@ ViewChain view_chain(const Graph& g, const UseInfo& uses, int value) {
 }
 
 std::optional<ResolvedView> resolve_view(const Graph& g, const UseInfo& uses, int value,
-                                         const std::vector<int64_t>& root_strides, bool root_contiguous,
-                                         std::string* why) {
+                                         const std::vector<int64_t>& root_strides,
+                                         bool root_contiguous, std::string* why) {
   const ViewChain chain = view_chain(g, uses, value);
   Domain dom = Domain::of(g.type(value).shape, {});
   for (int attempt = 0; attempt < 64; ++attempt) {

@@ -35,10 +35,12 @@ struct Constraint {
 };
 
 struct IndexMap {
-  std::vector<Affine> rows;     // one per tensor dim; or one storage offset when `raw`
-  bool raw = false;             // rows[0] is an element offset into the root's storage
+  std::vector<Affine> rows;  // one per tensor dim; or one storage offset when `raw`
+  bool raw = false;          // rows[0] is an element offset into the root's storage
   std::vector<Constraint> cons;
-  bool operator==(const IndexMap& o) const { return rows == o.rows && raw == o.raw && cons == o.cons; }
+  bool operator==(const IndexMap& o) const {
+    return rows == o.rows && raw == o.raw && cons == o.cons;
+  }
   bool operator<(const IndexMap& o) const {
     if (raw != o.raw) return raw < o.raw;
     if (!(rows == o.rows)) return rows < o.rows;
@@ -75,9 +77,11 @@ struct MapResult {
 };
 
 // Map on a Move node's input given the map on its output.
-MapResult map_through_move(const Graph& g, const Node& move, const IndexMap& out, const Domain& dom);
+MapResult map_through_move(const Graph& g, const Node& move, const IndexMap& out,
+                           const Domain& dom);
 // Map on an elementwise operand of shape `operand` given the map on the result of shape `result`.
-IndexMap map_broadcast(const IndexMap& out, const Shape& result, const Shape& operand, const Domain& dom);
+IndexMap map_broadcast(const IndexMap& out, const Shape& result, const Shape& operand,
+                       const Domain& dom);
 // Reshape `out` (a map on a tensor of shape `to`) back onto shape `from`.
 MapResult map_reshape(const IndexMap& out, const Shape& from, const Shape& to, const Domain& dom);
 
@@ -106,8 +110,8 @@ struct ResolvedView {
   int root = -1;
 };
 std::optional<ResolvedView> resolve_view(const Graph& g, const UseInfo& uses, int value,
-                                         const std::vector<int64_t>& root_strides, bool root_contiguous,
-                                         std::string* why);
+                                         const std::vector<int64_t>& root_strides,
+                                         bool root_contiguous, std::string* why);
 
 // Digits of logical dim `d` in a (refined) domain: sizes of its sub-dims, outer first.
 std::vector<int64_t> digits_of(const Domain& dom, int d);

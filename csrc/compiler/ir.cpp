@@ -23,12 +23,23 @@ struct DTypeName {
   const char* s;
 };
 const DTypeName kDTypeNames[] = {
-    {DType::Bool, "b8"},        {DType::UInt8, "u8"},         {DType::Int8, "i8"},
-    {DType::Int16, "i16"},      {DType::Int32, "i32"},        {DType::Int64, "i64"},
-    {DType::UInt16, "u16"},     {DType::UInt32, "u32"},       {DType::UInt64, "u64"},
-    {DType::Float16, "f16"},    {DType::BFloat16, "bf16"},    {DType::Float32, "f32"},
-    {DType::Float64, "f64"},    {DType::Complex64, "c64"},    {DType::Complex128, "c128"},
-    {DType::Float8_e4m3fn, "f8e4m3"}, {DType::Float8_e5m2, "f8e5m2"},
+    {DType::Bool, "b8"},
+    {DType::UInt8, "u8"},
+    {DType::Int8, "i8"},
+    {DType::Int16, "i16"},
+    {DType::Int32, "i32"},
+    {DType::Int64, "i64"},
+    {DType::UInt16, "u16"},
+    {DType::UInt32, "u32"},
+    {DType::UInt64, "u64"},
+    {DType::Float16, "f16"},
+    {DType::BFloat16, "bf16"},
+    {DType::Float32, "f32"},
+    {DType::Float64, "f64"},
+    {DType::Complex64, "c64"},
+    {DType::Complex128, "c128"},
+    {DType::Float8_e4m3fn, "f8e4m3"},
+    {DType::Float8_e5m2, "f8e5m2"},
 };
 
 std::string shape_str(const Shape& s) {
@@ -73,7 +84,6 @@ DType promote(DType a, DType b) {
   if (b == DType::Bool) return a;
   return kernels::element_size(a) >= kernels::element_size(b) ? a : b;
 }
-
 
 }  // namespace
 
@@ -186,15 +196,16 @@ int Graph::add_value(TensorType t, std::string nm) {
 }
 
 int Graph::add_input(TensorType t, std::vector<int64_t> strides, std::string nm) {
-  NEURON_CC_CHECK(strides.empty() || strides.size() == t.shape.size(), "input '", nm, "': ", strides.size(),
-                  " strides for a rank-", t.shape.size(), " tensor");
+  NEURON_CC_CHECK(strides.empty() || strides.size() == t.shape.size(), "input '", nm,
+                  "': ", strides.size(), " strides for a rank-", t.shape.size(), " tensor");
   const int v = add_value(std::move(t), std::move(nm));
   values.back().strides = std::move(strides);
   inputs.push_back(v);
   return v;
 }
 
-std::vector<int> Graph::add_typed(Op op, std::vector<int> ins, Attrs attrs, std::vector<TensorType> outs) {
+std::vector<int> Graph::add_typed(Op op, std::vector<int> ins, Attrs attrs,
+                                  std::vector<TensorType> outs) {
   Node n;
   n.op = op;
   n.inputs = std::move(ins);
@@ -222,8 +233,8 @@ int Graph::scalar(double v, DType dtype) {
 }
 
 int Graph::constant(TensorType t, std::vector<uint8_t> data) {
-  NEURON_CC_CHECK(static_cast<int64_t>(data.size()) == t.nbytes(), "constant ", t.str(), ": expected ", t.nbytes(),
-                  " bytes, got ", data.size());
+  NEURON_CC_CHECK(static_cast<int64_t>(data.size()) == t.nbytes(), "constant ", t.str(),
+                  ": expected ", t.nbytes(), " bytes, got ", data.size());
   blobs.push_back(std::move(data));
   Attrs a;
   a.set("blob", static_cast<int64_t>(blobs.size() - 1));
@@ -266,7 +277,8 @@ std::optional<Shape> broadcast_shapes(const std::vector<const Shape*>& shapes) {
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* what) {
   const int64_t r = std::max<int64_t>(rank, 1);
   if (dim < -r || dim >= r)
-    throw VerifyError(rt::str(what, ": dim ", dim, " is out of range for a rank-", rank, " tensor"));
+    throw VerifyError(
+        rt::str(what, ": dim ", dim, " is out of range for a rank-", rank, " tensor"));
   return dim < 0 ? dim + r : dim;
 }
 
@@ -278,10 +290,13 @@ Shape conv_out_shape(const Node& n, const Shape& in, const Shape& w) {
   const auto& dil = n.attrs.ints("dilation");
   const int64_t groups = n.attrs.i("groups");
   const size_t sp = in.size() - 2;
-  if (in.size() < 3 || w.size() != in.size()) bad(n, "input and weight must be [N, C, *spatial] and [O, C/groups, *kernel]");
-  if (stride.size() != sp || pad.size() != sp || dil.size() != sp) bad(n, "stride/padding/dilation must have one entry per spatial dim");
+  if (in.size() < 3 || w.size() != in.size())
+    bad(n, "input and weight must be [N, C, *spatial] and [O, C/groups, *kernel]");
+  if (stride.size() != sp || pad.size() != sp || dil.size() != sp)
+    bad(n, "stride/padding/dilation must have one entry per spatial dim");
   if (groups < 1 || in[1] != w[1] * groups || w[0] % groups != 0)
-    bad(n, rt::str("channels do not match: input ", shape_str(in), ", weight ", shape_str(w), ", groups ", groups));
+    bad(n, rt::str("channels do not match: input ", shape_str(in), ", weight ", shape_str(w),
+                   ", groups ", groups));
   Shape out = {in[0], w[0]};
   for (size_t i = 0; i < sp; ++i) {
     const int64_t eff = dil[i] * (w[2 + i] - 1) + 1;
@@ -305,7 +320,8 @@ Shape pool_out_shape(const Node& n, const Shape& in) {
   const auto& s = n.attrs.ints("stride");
   const auto& p = n.attrs.ints("padding");
   const size_t sp = k.size();
-  if (in.size() < sp + 1) bad(n, rt::str("input ", shape_str(in), " has fewer dims than the window"));
+  if (in.size() < sp + 1)
+    bad(n, rt::str("input ", shape_str(in), " has fewer dims than the window"));
   std::vector<int64_t> d(sp, 1);
   if (n.attrs.has("dilation")) d = n.attrs.ints("dilation");
   const bool ceil_mode = n.attrs.i("ceil_mode", 0) != 0;
@@ -322,9 +338,18 @@ Shape pool_out_shape(const Node& n, const Shape& in) {
 DType elementwise_dtype(const Graph& g, const Node& n) {
   if (n.attrs.has("dtype")) return static_cast<DType>(n.attrs.i("dtype"));
   switch (n.op) {
-    case Op::eq: case Op::ne: case Op::lt: case Op::le: case Op::gt: case Op::ge:
-    case Op::logical_and: case Op::logical_or: case Op::logical_xor: case Op::logical_not:
-    case Op::isnan: case Op::isinf:
+    case Op::eq:
+    case Op::ne:
+    case Op::lt:
+    case Op::le:
+    case Op::gt:
+    case Op::ge:
+    case Op::logical_and:
+    case Op::logical_or:
+    case Op::logical_xor:
+    case Op::logical_not:
+    case Op::isnan:
+    case Op::isinf:
       return DType::Bool;
     default:
       break;
@@ -341,13 +366,15 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
   const OpInfo& info = op_info(n.op);
   const int nin = static_cast<int>(n.inputs.size());
   if (nin < info.min_inputs || (info.max_inputs >= 0 && nin > info.max_inputs))
-    bad(n, rt::str("expects ", info.min_inputs, info.max_inputs == info.min_inputs ? "" : "+", " inputs, got ", nin));
+    bad(n, rt::str("expects ", info.min_inputs, info.max_inputs == info.min_inputs ? "" : "+",
+                   " inputs, got ", nin));
   // index/index_put take optional index tensors ("none") after their fixed operands.
   const int first_optional = n.op == Op::index ? 1 : n.op == Op::index_put ? 2 : nin;
   for (int i = 0; i < nin; ++i) {
     const int v = n.inputs[static_cast<size_t>(i)];
     if (v == -1 && i >= first_optional) continue;
-    if (v < 0 || v >= static_cast<int>(g.values.size())) bad(n, rt::str("operand %", v, " does not exist"));
+    if (v < 0 || v >= static_cast<int>(g.values.size()))
+      bad(n, rt::str("operand %", v, " does not exist"));
   }
   auto in = [&](int i) -> const TensorType& { return g.type(n.inputs[static_cast<size_t>(i)]); };
 
@@ -358,14 +385,17 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
       const Shape& shape = n.attrs.ints("shape");
       for (int64_t s : shape)
         if (s < 0) bad(n, "negative size in shape");
-      if (info.kind == OpKind::Iota) normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(shape.size()), "iota");
+      if (info.kind == OpKind::Iota)
+        normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(shape.size()), "iota");
       if (n.op == Op::constant) {
         if (n.attrs.has("blob")) {
           const int64_t b = n.attrs.i("blob");
-          if (b < 0 || b >= static_cast<int64_t>(g.blobs.size())) bad(n, rt::str("blob #", b, " does not exist"));
+          if (b < 0 || b >= static_cast<int64_t>(g.blobs.size()))
+            bad(n, rt::str("blob #", b, " does not exist"));
           const TensorType t{dt, shape};
           if (static_cast<int64_t>(g.blobs[static_cast<size_t>(b)].size()) != t.nbytes())
-            bad(n, rt::str("blob #", b, " has ", g.blobs[static_cast<size_t>(b)].size(), " bytes, ", t.str(), " needs ", t.nbytes()));
+            bad(n, rt::str("blob #", b, " has ", g.blobs[static_cast<size_t>(b)].size(), " bytes, ",
+                           t.str(), " needs ", t.nbytes()));
         } else if (!n.attrs.has("value")) {
           bad(n, "needs a 'value' or a 'blob'");
         }
@@ -404,7 +434,8 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
         if (!red[i]) {
           out.push_back(s[i]);
         } else {
-          if (s[i] == 0 && (n.op == Op::amax || n.op == Op::amin || n.op == Op::argmax || n.op == Op::argmin))
+          if (s[i] == 0 &&
+              (n.op == Op::amax || n.op == Op::amin || n.op == Op::argmax || n.op == Op::argmin))
             bad(n, rt::str("cannot reduce over an empty dim ", i, " of ", shape_str(s)));
           if (keep) out.push_back(1);
         }
@@ -432,16 +463,20 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
             if (x < 0) bad(n, "negative size in target shape");
             numel *= x;
           }
-          if (numel != in(0).numel()) bad(n, rt::str("cannot reshape ", shape_str(s), " (", in(0).numel(), " elements) to ", shape_str(to)));
+          if (numel != in(0).numel())
+            bad(n, rt::str("cannot reshape ", shape_str(s), " (", in(0).numel(), " elements) to ",
+                           shape_str(to)));
           return {TensorType{dt, to}};
         }
         case Op::permute: {
           const auto& p = n.attrs.ints("perm");
-          if (p.size() != s.size()) bad(n, rt::str("perm has ", p.size(), " entries for a rank-", s.size(), " tensor"));
+          if (p.size() != s.size())
+            bad(n, rt::str("perm has ", p.size(), " entries for a rank-", s.size(), " tensor"));
           std::vector<bool> seen(s.size(), false);
           Shape out;
           for (int64_t d : p) {
-            if (d < 0 || d >= static_cast<int64_t>(s.size()) || seen[static_cast<size_t>(d)]) bad(n, "perm is not a permutation");
+            if (d < 0 || d >= static_cast<int64_t>(s.size()) || seen[static_cast<size_t>(d)])
+              bad(n, "perm is not a permutation");
             seen[static_cast<size_t>(d)] = true;
             out.push_back(s[static_cast<size_t>(d)]);
           }
@@ -458,10 +493,13 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
         }
         case Op::slice: {
           if (s.empty()) bad(n, "cannot slice a 0-dim tensor");
-          const int64_t d = normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(s.size()), "slice");
-          const int64_t start = n.attrs.i("start"), end = n.attrs.i("end"), step = n.attrs.i("step", 1);
+          const int64_t d =
+              normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(s.size()), "slice");
+          const int64_t start = n.attrs.i("start"), end = n.attrs.i("end"),
+                        step = n.attrs.i("step", 1);
           if (step < 1 || start < 0 || end < start || end > s[static_cast<size_t>(d)])
-            bad(n, rt::str("bad range [", start, ":", end, ":", step, "] for dim ", d, " of size ", s[static_cast<size_t>(d)]));
+            bad(n, rt::str("bad range [", start, ":", end, ":", step, "] for dim ", d, " of size ",
+                           s[static_cast<size_t>(d)]));
           Shape out = s;
           out[static_cast<size_t>(d)] = (end - start + step - 1) / step;
           return {TensorType{dt, out}};
@@ -489,7 +527,8 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           if (si.size() != s0.size()) bad(n, "inputs differ in rank");
           for (size_t k = 0; k < s0.size(); ++k)
             if (static_cast<int64_t>(k) != d && si[k] != s0[k])
-              bad(n, rt::str("input ", i, " has shape ", shape_str(si), ", expected ", shape_str(s0), " outside dim ", d));
+              bad(n, rt::str("input ", i, " has shape ", shape_str(si), ", expected ",
+                             shape_str(s0), " outside dim ", d));
           out[static_cast<size_t>(d)] += si[static_cast<size_t>(d)];
           dt = promote(dt, in(i).dtype);
         }
@@ -499,7 +538,8 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
       // pad: pairs (before, after) from the last dim backwards, like constant_pad_nd
       const auto& pads = n.attrs.ints("pads");
       const Shape& s = in(0).shape;
-      if (pads.size() % 2 || pads.size() / 2 > s.size()) bad(n, "pads must be (before, after) pairs for at most every dim");
+      if (pads.size() % 2 || pads.size() / 2 > s.size())
+        bad(n, "pads must be (before, after) pairs for at most every dim");
       Shape out = s;
       for (size_t i = 0; i < pads.size() / 2; ++i) {
         const size_t d = s.size() - 1 - i;
@@ -519,27 +559,37 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
       switch (n.op) {
         case Op::matmul: {
           const Shape &a = in(0).shape, &b = in(1).shape;
-          if (a.size() < 2 || a.size() != b.size()) bad(n, rt::str("operands ", shape_str(a), " and ", shape_str(b), " must have the same rank >= 2"));
+          if (a.size() < 2 || a.size() != b.size())
+            bad(n, rt::str("operands ", shape_str(a), " and ", shape_str(b),
+                           " must have the same rank >= 2"));
           const size_t r = a.size();
-          if (a[r - 1] != b[r - 2]) bad(n, rt::str("inner dims differ: ", shape_str(a), " @ ", shape_str(b)));
+          if (a[r - 1] != b[r - 2])
+            bad(n, rt::str("inner dims differ: ", shape_str(a), " @ ", shape_str(b)));
           for (size_t i = 0; i + 2 < r; ++i)
-            if (a[i] != b[i]) bad(n, rt::str("batch dims differ: ", shape_str(a), " @ ", shape_str(b)));
+            if (a[i] != b[i])
+              bad(n, rt::str("batch dims differ: ", shape_str(a), " @ ", shape_str(b)));
           if (in(0).dtype != in(1).dtype) bad(n, "operand dtypes differ");
           Shape out(a.begin(), a.end() - 1);
           out.push_back(b[r - 1]);
-          const DType dt = n.attrs.has("dtype") ? static_cast<DType>(n.attrs.i("dtype")) : in(0).dtype;
+          const DType dt =
+              n.attrs.has("dtype") ? static_cast<DType>(n.attrs.i("dtype")) : in(0).dtype;
           return {TensorType{dt, out}};
         }
         case Op::attention: {
           const Shape &q = in(0).shape, &k = in(1).shape, &v = in(2).shape;
-          if (q.size() != 4 || k.size() != 4 || v.size() != 4) bad(n, "q, k, v must be [B, H, S, D]");
+          if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+            bad(n, "q, k, v must be [B, H, S, D]");
           if (k[0] != q[0] || v[0] != q[0] || k[2] != v[2] || q[3] != k[3] || k[1] != v[1])
-            bad(n, rt::str("q ", shape_str(q), ", k ", shape_str(k), ", v ", shape_str(v), " do not match"));
-          if (k[1] == 0 || q[1] % k[1] != 0) bad(n, rt::str("query heads ", q[1], " are not a multiple of kv heads ", k[1]));
+            bad(n, rt::str("q ", shape_str(q), ", k ", shape_str(k), ", v ", shape_str(v),
+                           " do not match"));
+          if (k[1] == 0 || q[1] % k[1] != 0)
+            bad(n, rt::str("query heads ", q[1], " are not a multiple of kv heads ", k[1]));
           if (nin == 4) {
             const Shape full = {q[0], q[1], q[2], k[2]};
             auto b = broadcast_shapes({&in(3).shape, &full});
-            if (!b || *b != full) bad(n, rt::str("mask ", shape_str(in(3).shape), " does not broadcast to ", shape_str(full)));
+            if (!b || *b != full)
+              bad(n, rt::str("mask ", shape_str(in(3).shape), " does not broadcast to ",
+                             shape_str(full)));
           }
           return {TensorType{in(0).dtype, {q[0], q[1], q[2], v[3]}}};
         }
@@ -551,7 +601,8 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           for (int i = 1; i < nin; ++i) {
             if (n.inputs[static_cast<size_t>(i)] < 0) continue;
             const TensorType& t = in(i);
-            if (t.dtype != DType::Int64 && t.dtype != DType::Int32) bad(n, rt::str("index ", i - 1, " must be int32/int64, got ", dtype_short(t.dtype)));
+            if (t.dtype != DType::Int64 && t.dtype != DType::Int32)
+              bad(n, rt::str("index ", i - 1, " must be int32/int64, got ", dtype_short(t.dtype)));
             idx_shapes.push_back(&t.shape);
             if (first < 0) first = i - 1;
             last = i - 1;
@@ -579,37 +630,47 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
         case Op::index_put: {
           if (nin - 2 > in(0).rank()) bad(n, "too many indices");
           for (int i = 2; i < nin; ++i)
-            if (n.inputs[static_cast<size_t>(i)] >= 0 && in(i).dtype != DType::Int64 && in(i).dtype != DType::Int32)
+            if (n.inputs[static_cast<size_t>(i)] >= 0 && in(i).dtype != DType::Int64 &&
+                in(i).dtype != DType::Int32)
               bad(n, "indices must be int32/int64");
           return {in(0)};
         }
         case Op::gather: {
           const int64_t d = normalize_dim(n.attrs.i("dim"), in(0).rank(), "gather");
           (void)d;
-          if (in(1).rank() != in(0).rank() && in(0).rank() > 0) bad(n, "index must have the rank of the input");
+          if (in(1).rank() != in(0).rank() && in(0).rank() > 0)
+            bad(n, "index must have the rank of the input");
           return {TensorType{in(0).dtype, in(1).shape}};
         }
         case Op::scatter: {
           normalize_dim(n.attrs.i("dim"), in(0).rank(), "scatter");
-          if (in(1).rank() != in(0).rank() || in(2).rank() != in(0).rank()) bad(n, "index and src must have the rank of the input");
+          if (in(1).rank() != in(0).rank() || in(2).rank() != in(0).rank())
+            bad(n, "index and src must have the rank of the input");
           return {in(0)};
         }
         case Op::slice_scatter: {
           const Shape& s = in(0).shape;
-          const int64_t d = normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(s.size()), "slice_scatter");
-          const int64_t start = n.attrs.i("start"), end = n.attrs.i("end"), step = n.attrs.i("step", 1);
+          const int64_t d =
+              normalize_dim(n.attrs.i("dim"), static_cast<int64_t>(s.size()), "slice_scatter");
+          const int64_t start = n.attrs.i("start"), end = n.attrs.i("end"),
+                        step = n.attrs.i("step", 1);
           Shape expect = s;
-          expect[static_cast<size_t>(d)] = step > 0 && end >= start ? (end - start + step - 1) / step : -1;
+          expect[static_cast<size_t>(d)] =
+              step > 0 && end >= start ? (end - start + step - 1) / step : -1;
           if (in(1).shape != expect || start < 0 || end > s[static_cast<size_t>(d)])
-            bad(n, rt::str("src ", shape_str(in(1).shape), " does not fill [", start, ":", end, ":", step, "] of ", shape_str(s)));
+            bad(n, rt::str("src ", shape_str(in(1).shape), " does not fill [", start, ":", end, ":",
+                           step, "] of ", shape_str(s)));
           return {in(0)};
         }
         case Op::conv:
-          if (nin == 3 && (in(2).rank() != 1 || in(2).shape[0] != in(1).shape[0])) bad(n, "bias must be [out_channels]");
+          if (nin == 3 && (in(2).rank() != 1 || in(2).shape[0] != in(1).shape[0]))
+            bad(n, "bias must be [out_channels]");
           return {TensorType{in(0).dtype, conv_out_shape(n, in(0).shape, in(1).shape)}};
         case Op::conv_backward: {
           const Shape out = conv_out_shape(n, in(1).shape, in(2).shape);
-          if (out != in(0).shape) bad(n, rt::str("grad_output ", shape_str(in(0).shape), " does not match the forward output ", shape_str(out)));
+          if (out != in(0).shape)
+            bad(n, rt::str("grad_output ", shape_str(in(0).shape),
+                           " does not match the forward output ", shape_str(out)));
           return {in(1), in(2), TensorType{in(2).dtype, {in(2).shape[0]}}};
         }
         case Op::max_pool: {
@@ -617,12 +678,14 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           return {TensorType{in(0).dtype, out}, TensorType{DType::Int64, out}};
         }
         case Op::max_pool_backward:
-          if (in(0).shape != pool_out_shape(n, in(1).shape) || in(2).shape != in(0).shape) bad(n, "grad/indices shapes do not match the pooling");
+          if (in(0).shape != pool_out_shape(n, in(1).shape) || in(2).shape != in(0).shape)
+            bad(n, "grad/indices shapes do not match the pooling");
           return {in(1)};
         case Op::avg_pool:
           return {TensorType{in(0).dtype, pool_out_shape(n, in(0).shape)}};
         case Op::avg_pool_backward:
-          if (in(0).shape != pool_out_shape(n, in(1).shape)) bad(n, "grad shape does not match the pooling");
+          if (in(0).shape != pool_out_shape(n, in(1).shape))
+            bad(n, "grad shape does not match the pooling");
           return {in(1)};
         default:
           break;
@@ -645,10 +708,12 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
         for (int i = 0; i < nin; ++i) passed.push_back(in(i));
       }
       if (n.body->inputs.size() != passed.size())
-        bad(n, rt::str("body takes ", n.body->inputs.size(), " inputs, node passes ", passed.size()));
+        bad(n,
+            rt::str("body takes ", n.body->inputs.size(), " inputs, node passes ", passed.size()));
       for (size_t i = 0; i < passed.size(); ++i)
         if (n.body->type(n.body->inputs[i]) != passed[i])
-          bad(n, rt::str("body input ", i, " is ", n.body->type(n.body->inputs[i]).str(), ", node passes ", passed[i].str()));
+          bad(n, rt::str("body input ", i, " is ", n.body->type(n.body->inputs[i]).str(),
+                         ", node passes ", passed[i].str()));
       std::vector<TensorType> outs;
       for (int o : n.body->outputs) outs.push_back(n.body->type(o));
       return outs;
@@ -711,7 +776,8 @@ std::string print_node(const Graph& g, const Node& n, int indent) {
   bool first = true;
   for (const auto& [k, v] : n.attrs.items()) {
     if (k == "dtype" || k == "shape") {
-      if (n.op == Op::constant || n.op == Op::iota || n.op == Op::cast) continue;  // shown in the type
+      if (n.op == Op::constant || n.op == Op::iota || n.op == Op::cast)
+        continue;  // shown in the type
     }
     os << (first ? " {" : ", ") << k << "=" << attr_str(v);
     first = false;
@@ -744,19 +810,22 @@ void print_graph(std::ostringstream& os, const Graph& g, int indent, const char*
     const int v = g.inputs[i];
     const Value& val = g.values.at(static_cast<size_t>(v));
     os << (i ? ", " : "") << "%" << v << ": " << val.type.str();
-    if (!val.strides.empty() && val.strides != contiguous_strides(val.type.shape)) os << " strides=" << shape_str(val.strides);
+    if (!val.strides.empty() && val.strides != contiguous_strides(val.type.shape))
+      os << " strides=" << shape_str(val.strides);
     if (!val.name.empty()) os << " \"" << val.name << "\"";
   }
   os << ") {\n";
   for (const Node& n : g.nodes) os << print_node(g, n, indent + 2) << "\n";
-  for (const Mutation& m : g.mutations) os << pad << "  mutate input#" << m.input_index << " <- %" << m.value << "\n";
+  for (const Mutation& m : g.mutations)
+    os << pad << "  mutate input#" << m.input_index << " <- %" << m.value << "\n";
   os << pad << "  return";
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const int v = g.outputs[i];
     os << (i ? ", %" : " %") << v;
     if (v >= 0 && v < static_cast<int>(g.values.size())) {
       const Value& val = g.values[static_cast<size_t>(v)];
-      if (!val.strides.empty() && val.strides != contiguous_strides(val.type.shape)) os << " strides=" << shape_str(val.strides);
+      if (!val.strides.empty() && val.strides != contiguous_strides(val.type.shape))
+        os << " strides=" << shape_str(val.strides);
     }
   }
   os << "\n" << pad << "}\n";
@@ -836,11 +905,20 @@ Graph deserialize(ByteReader& r) {
     for (uint64_t a = 0; a < na; ++a) {
       std::string k = r.str("attr.key");
       switch (r.u8("attr.kind")) {
-        case 0: n.attrs.set(k, r.i64("attr.int")); break;
-        case 1: n.attrs.set(k, r.f64("attr.float")); break;
-        case 2: n.attrs.set(k, r.i64s("attr.ints")); break;
-        case 3: n.attrs.set(k, r.str("attr.str")); break;
-        default: r.fail("attr.kind", "unknown attribute kind");
+        case 0:
+          n.attrs.set(k, r.i64("attr.int"));
+          break;
+        case 1:
+          n.attrs.set(k, r.f64("attr.float"));
+          break;
+        case 2:
+          n.attrs.set(k, r.i64s("attr.ints"));
+          break;
+        case 3:
+          n.attrs.set(k, r.str("attr.str"));
+          break;
+        default:
+          r.fail("attr.kind", "unknown attribute kind");
       }
     }
     if (r.u8("node.body")) n.body = std::make_shared<Graph>(deserialize(r));
@@ -867,14 +945,17 @@ UseInfo::UseInfo(const Graph& g)
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     for (int o : n.outputs)
-      if (o >= 0 && o < static_cast<int>(g.values.size())) producer[static_cast<size_t>(o)] = static_cast<int>(i);
+      if (o >= 0 && o < static_cast<int>(g.values.size()))
+        producer[static_cast<size_t>(o)] = static_cast<int>(i);
     for (int v : n.inputs)
-      if (v >= 0 && v < static_cast<int>(g.values.size())) users[static_cast<size_t>(v)].push_back(static_cast<int>(i));
+      if (v >= 0 && v < static_cast<int>(g.values.size()))
+        users[static_cast<size_t>(v)].push_back(static_cast<int>(i));
   }
   for (int o : g.outputs)
     if (o >= 0 && o < static_cast<int>(g.values.size())) ++output_uses[static_cast<size_t>(o)];
   for (const Mutation& m : g.mutations)
-    if (m.value >= 0 && m.value < static_cast<int>(g.values.size())) ++output_uses[static_cast<size_t>(m.value)];
+    if (m.value >= 0 && m.value < static_cast<int>(g.values.size()))
+      ++output_uses[static_cast<size_t>(m.value)];
 }
 
 }  // namespace neuron::cc

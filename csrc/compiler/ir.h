@@ -30,7 +30,19 @@ enum class Op : uint8_t {
 };
 
 enum class OpKind : uint8_t {
-  Const, Iota, Unary, Binary, Ternary, Cast, Reduce, Move, Struct, Composite, Heavy, Fused, Custom
+  Const,
+  Iota,
+  Unary,
+  Binary,
+  Ternary,
+  Cast,
+  Reduce,
+  Move,
+  Struct,
+  Composite,
+  Heavy,
+  Fused,
+  Custom
 };
 
 struct OpInfo {
@@ -130,9 +142,12 @@ struct Graph {
   // Appends a node; output types are inferred from the inputs and attrs. Returns the outputs.
   std::vector<int> add(Op op, std::vector<int> inputs, Attrs attrs = {});
   // Appends a node whose output types are given (inference still checks them in verify()).
-  std::vector<int> add_typed(Op op, std::vector<int> inputs, Attrs attrs, std::vector<TensorType> outs);
+  std::vector<int> add_typed(Op op, std::vector<int> inputs, Attrs attrs,
+                             std::vector<TensorType> outs);
   // Single-output convenience.
-  int add1(Op op, std::vector<int> inputs, Attrs attrs = {}) { return add(op, std::move(inputs), std::move(attrs))[0]; }
+  int add1(Op op, std::vector<int> inputs, Attrs attrs = {}) {
+    return add(op, std::move(inputs), std::move(attrs))[0];
+  }
   int scalar(double v, DType dtype);
   int constant(TensorType t, std::vector<uint8_t> data);
   void set_outputs(std::vector<int> outs);
@@ -161,11 +176,14 @@ Graph deserialize(ByteReader& r);
 
 // Per-value def/use information of a graph (rebuild after rewriting nodes).
 struct UseInfo {
-  std::vector<int> producer;                // node index per value, -1 for inputs/unused
-  std::vector<std::vector<int>> users;      // node indices per value (dup when used twice)
-  std::vector<int> output_uses;             // times a value appears in outputs/mutations
+  std::vector<int> producer;            // node index per value, -1 for inputs/unused
+  std::vector<std::vector<int>> users;  // node indices per value (dup when used twice)
+  std::vector<int> output_uses;         // times a value appears in outputs/mutations
   explicit UseInfo(const Graph& g);
-  int num_uses(int v) const { return static_cast<int>(users[static_cast<size_t>(v)].size()) + output_uses[static_cast<size_t>(v)]; }
+  int num_uses(int v) const {
+    return static_cast<int>(users[static_cast<size_t>(v)].size()) +
+           output_uses[static_cast<size_t>(v)];
+  }
 };
 
 }  // namespace neuron::cc

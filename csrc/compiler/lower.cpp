@@ -22,7 +22,8 @@ bool non_overlapping(const Shape& shape, const std::vector<int64_t>& strides) {
   if (strides.size() != shape.size()) return false;
   std::vector<size_t> order(shape.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return strides[a] < strides[b]; });
   int64_t extent = 1;
   for (size_t i : order) {
     if (shape[i] == 1) continue;
@@ -121,9 +122,11 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     if (n.attrs.has("blob")) {
       data = g.blobs[static_cast<size_t>(n.attrs.i("blob"))];
     } else {
-      data = scalar_bytes(n.attrs.f("value"), n.attrs.i("ivalue", 0), n.attrs.has("ivalue"), t.dtype);
+      data =
+          scalar_bytes(n.attrs.f("value"), n.attrs.i("ivalue", 0), n.attrs.has("ivalue"), t.dtype);
     }
-    p.loc[static_cast<size_t>(v)] = Location{Space::Constant, static_cast<int32_t>(p.constants.size()), 0, spec.strides, true};
+    p.loc[static_cast<size_t>(v)] =
+        Location{Space::Constant, static_cast<int32_t>(p.constants.size()), 0, spec.strides, true};
     p.constants.push_back(spec);
     p.constant_data.push_back(std::move(data));
   }
@@ -137,7 +140,8 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     const bool root = prod >= 0 && op_kind(g.nodes[static_cast<size_t>(prod)].op) != OpKind::Move &&
                       g.nodes[static_cast<size_t>(prod)].op != Op::constant;
     if (root && !p.loc[static_cast<size_t>(v)].set) {
-      p.loc[static_cast<size_t>(v)] = Location{Space::Output, static_cast<int32_t>(k), 0, spec.strides, true};
+      p.loc[static_cast<size_t>(v)] =
+          Location{Space::Output, static_cast<int32_t>(k), 0, spec.strides, true};
       continue;
     }
     // A reshape of a value computed only for it: compute the value straight into the output
@@ -147,13 +151,16 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     while (true) {
       const int pr = uses.producer[static_cast<size_t>(r)];
       if (pr < 0 || op_kind(g.nodes[static_cast<size_t>(pr)].op) != OpKind::Move) break;
-      if (g.nodes[static_cast<size_t>(pr)].op != Op::reshape || (uses.num_uses(r) != 1 && r != v)) reshapes_only = false;
+      if (g.nodes[static_cast<size_t>(pr)].op != Op::reshape || (uses.num_uses(r) != 1 && r != v))
+        reshapes_only = false;
       r = g.nodes[static_cast<size_t>(pr)].inputs[0];
     }
     const int rp = uses.producer[static_cast<size_t>(r)];
     if (reshapes_only && r != v && rp >= 0 && g.nodes[static_cast<size_t>(rp)].op != Op::constant &&
-        !p.loc[static_cast<size_t>(r)].set && uses.num_uses(r) == 1 && is_contiguous_layout(spec.shape, spec.strides)) {
-      p.loc[static_cast<size_t>(r)] = Location{Space::Output, static_cast<int32_t>(k), 0, contiguous_strides(g.type(r).shape), true};
+        !p.loc[static_cast<size_t>(r)].set && uses.num_uses(r) == 1 &&
+        is_contiguous_layout(spec.shape, spec.strides)) {
+      p.loc[static_cast<size_t>(r)] = Location{Space::Output, static_cast<int32_t>(k), 0,
+                                               contiguous_strides(g.type(r).shape), true};
       spec.strides = contiguous_strides(spec.shape);
       continue;
     }
@@ -173,7 +180,8 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
         if (r != prod && r > prod) others_before = false;
       Location& l = p.loc[static_cast<size_t>(m.value)];
       const bool free_or_output = !l.set || l.space == Space::Output;
-      const bool scatter_like = n.op == Op::index_put || n.op == Op::scatter || n.op == Op::slice_scatter;
+      const bool scatter_like =
+          n.op == Op::index_put || n.op == Op::scatter || n.op == Op::slice_scatter;
       if (scatter_like && n.inputs[0] == in_v && others_before && free_or_output) {
         done = true;
         p.inplace[static_cast<size_t>(prod)] = true;
@@ -181,7 +189,9 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
         // The kernel may overwrite the input only where it reads it at the same position.
         std::vector<LeafLayout> in_l, out_l;
         for (int v : n.inputs) {
-          const std::vector<int64_t> s = p.loc[static_cast<size_t>(v)].set ? p.loc[static_cast<size_t>(v)].strides : layout_of(g, v);
+          const std::vector<int64_t> s = p.loc[static_cast<size_t>(v)].set
+                                             ? p.loc[static_cast<size_t>(v)].strides
+                                             : layout_of(g, v);
           in_l.push_back(LeafLayout{s, is_contiguous_layout(g.type(v).shape, s)});
         }
         int out_pos = -1;
@@ -203,15 +213,18 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
           bool ok = store != nullptr;
           for (size_t o = 0; o < k.operands.size() && ok; ++o) {
             const int b = cg.fused->operand_buffer[o];
-            if (b >= static_cast<int>(n.inputs.size()) || n.inputs[static_cast<size_t>(b)] != in_v) continue;
+            if (b >= static_cast<int>(n.inputs.size()) || n.inputs[static_cast<size_t>(b)] != in_v)
+              continue;
             const vm::Operand& op = k.operands[o];
-            if (!op.masks.empty() || op.strides != store->strides || op.offset != store->offset) ok = false;
+            if (!op.masks.empty() || op.strides != store->strides || op.offset != store->offset)
+              ok = false;
           }
           done = ok;
         }
       }
       if (done) {
-        if (l.set && l.space == Space::Output) p.output_copy[static_cast<size_t>(l.index)] = m.value;
+        if (l.set && l.space == Space::Output)
+          p.output_copy[static_cast<size_t>(l.index)] = m.value;
         l = Location{Space::Input, m.input_index, 0, g.strides_of(in_v), true};
         ++p.inplace_mutations;
       }
@@ -234,13 +247,14 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
       if (l.set) continue;
       l = Location{Space::Arena, 0, 0, contiguous_strides(g.type(o).shape), true};
       buf_of_value[o] = bufs.size();
-      bufs.push_back(Buf{o, static_cast<int>(i), align_up(std::max<int64_t>(g.type(o).nbytes(), 1)), static_cast<int64_t>(i),
-                         static_cast<int64_t>(i)});
+      bufs.push_back(Buf{o, static_cast<int>(i), align_up(std::max<int64_t>(g.type(o).nbytes(), 1)),
+                         static_cast<int64_t>(i), static_cast<int64_t>(i)});
     }
     const int64_t sb = gemm_scratch_bytes(g, n);
     if (sb > 0) {
       p.scratch_bytes[i] = sb;
-      bufs.push_back(Buf{-1, static_cast<int>(i), sb, static_cast<int64_t>(i), static_cast<int64_t>(i)});
+      bufs.push_back(
+          Buf{-1, static_cast<int>(i), sb, static_cast<int64_t>(i), static_cast<int64_t>(i)});
     }
   }
   for (auto& [v, bi] : buf_of_value) {
@@ -258,7 +272,8 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
   // Greedy placement, largest first, at the lowest offset free over the buffer's lifetime.
   std::vector<size_t> order(bufs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bufs[a].bytes > bufs[b].bytes; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bufs[a].bytes > bufs[b].bytes; });
   std::vector<size_t> placed;
   int64_t arena = 0;
   for (size_t bi : order) {
@@ -292,21 +307,31 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
 std::string print_plan(const Graph& g, const Plan& p) {
   std::ostringstream os;
   os << "memory plan: arena " << p.arena_bytes << " bytes, " << p.constants.size() << " constants, "
-     << p.inplace_mutations << " in-place mutations, " << p.end_copies.size() << " copied mutations\n";
+     << p.inplace_mutations << " in-place mutations, " << p.end_copies.size()
+     << " copied mutations\n";
   for (size_t v = 0; v < p.loc.size(); ++v) {
     const Location& l = p.loc[v];
     if (!l.set) continue;
     os << "  %" << v << " " << g.type(static_cast<int>(v)).str() << " -> ";
     switch (l.space) {
-      case Space::Input: os << "input#" << l.index; break;
-      case Space::Output: os << "output#" << l.index; break;
-      case Space::Constant: os << "const#" << l.index; break;
-      case Space::Arena: os << "arena+" << l.byte_offset; break;
+      case Space::Input:
+        os << "input#" << l.index;
+        break;
+      case Space::Output:
+        os << "output#" << l.index;
+        break;
+      case Space::Constant:
+        os << "const#" << l.index;
+        break;
+      case Space::Arena:
+        os << "arena+" << l.byte_offset;
+        break;
     }
     os << "\n";
   }
   for (size_t i = 0; i < p.inplace.size(); ++i)
-    if (p.inplace[i]) os << "  node #" << i << " (" << op_name(g.nodes[i].op) << ") writes its input in place\n";
+    if (p.inplace[i])
+      os << "  node #" << i << " (" << op_name(g.nodes[i].op) << ") writes its input in place\n";
   return os.str();
 }
 
@@ -337,8 +362,11 @@ class Lowerer {
     if (root == v) return root_desc(v);
     const Location& l = plan_.loc.at(static_cast<size_t>(root));
     std::string why;
-    auto rv = resolve_view(g_, uses_, v, l.strides, is_contiguous_layout(g_.type(root).shape, l.strides), &why);
-    if (!rv) throw CompileError(rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
+    auto rv = resolve_view(g_, uses_, v, l.strides,
+                           is_contiguous_layout(g_.type(root).shape, l.strides), &why);
+    if (!rv)
+      throw CompileError(
+          rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
     if (!allow_refined && rv->dom.rank() != g_.type(v).rank())
       throw CompileError(rt::str("lowering: view %", v, " needs a split domain"));
     TensorDesc d = root_desc(root);
@@ -350,39 +378,48 @@ class Lowerer {
   }
 
   // A value as (desc with refined dims, digits per logical dim).
-  std::pair<TensorDesc, std::vector<std::vector<std::pair<int64_t, int64_t>>>> digits_desc(int v) const {
+  std::pair<TensorDesc, std::vector<std::vector<std::pair<int64_t, int64_t>>>> digits_desc(
+      int v) const {
     const int root = chain_root_of(g_, uses_, v);
     const int r = g_.type(v).rank();
     std::vector<std::vector<std::pair<int64_t, int64_t>>> dg(static_cast<size_t>(r));
     if (root == v) {
       TensorDesc d = root_desc(v);
-      for (int k = 0; k < r; ++k) dg[static_cast<size_t>(k)].push_back({d.sizes[static_cast<size_t>(k)], d.strides[static_cast<size_t>(k)]});
+      for (int k = 0; k < r; ++k)
+        dg[static_cast<size_t>(k)].push_back(
+            {d.sizes[static_cast<size_t>(k)], d.strides[static_cast<size_t>(k)]});
       return {d, dg};
     }
     const Location& l = plan_.loc.at(static_cast<size_t>(root));
     std::string why;
-    auto rv = resolve_view(g_, uses_, v, l.strides, is_contiguous_layout(g_.type(root).shape, l.strides), &why);
-    if (!rv) throw CompileError(rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
+    auto rv = resolve_view(g_, uses_, v, l.strides,
+                           is_contiguous_layout(g_.type(root).shape, l.strides), &why);
+    if (!rv)
+      throw CompileError(
+          rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
     TensorDesc d = root_desc(root);
     d.dtype = g_.type(v).dtype;
     d.sizes = rv->dom.size;
     d.strides = rv->addr.strides;
     d.offset = rv->addr.offset;
     for (int k = 0; k < rv->dom.rank(); ++k)
-      dg[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])].push_back({rv->dom.size[static_cast<size_t>(k)], rv->addr.strides[static_cast<size_t>(k)]});
+      dg[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])].push_back(
+          {rv->dom.size[static_cast<size_t>(k)], rv->addr.strides[static_cast<size_t>(k)]});
     return {d, dg};
   }
 
   // Splits (size, stride) digits to the finer `target` sizes (both outer first).
-  static std::vector<std::pair<int64_t, int64_t>> split_digits(const std::vector<std::pair<int64_t, int64_t>>& cur,
-                                                             const std::vector<int64_t>& target, const std::string& what) {
+  static std::vector<std::pair<int64_t, int64_t>> split_digits(
+      const std::vector<std::pair<int64_t, int64_t>>& cur, const std::vector<int64_t>& target,
+      const std::string& what) {
     std::vector<std::pair<int64_t, int64_t>> out;
     size_t t = target.size();
     for (size_t i = cur.size(); i-- > 0;) {
       int64_t need = cur[i].first, stride = cur[i].second;
       std::vector<std::pair<int64_t, int64_t>> part;
       while (need > 1) {
-        if (t == 0 || need % target[t - 1] != 0) throw CompileError(what + ": batch dims of the matmul operands do not nest");
+        if (t == 0 || need % target[t - 1] != 0)
+          throw CompileError(what + ": batch dims of the matmul operands do not nest");
         part.push_back({target[t - 1], stride});
         stride *= target[t - 1];
         need /= target[t - 1];
@@ -394,7 +431,8 @@ class Lowerer {
   }
 
   // A, B and C of a GEMM with one common split of their batch dims. `c` = -1 uses `*scratch`.
-  std::vector<TensorDesc> matmul_operands(int a, int b, int c, const std::string& what, const TensorDesc* scratch = nullptr) const {
+  std::vector<TensorDesc> matmul_operands(int a, int b, int c, const std::string& what,
+                                          const TensorDesc* scratch = nullptr) const {
     auto [da, ga] = digits_desc(a);
     auto [db, gb] = digits_desc(b);
     TensorDesc dc;
@@ -460,8 +498,11 @@ class Lowerer {
     }
     const Location& l = plan_.loc.at(static_cast<size_t>(root));
     std::string why;
-    auto rv = resolve_view(g_, uses_, v, l.strides, is_contiguous_layout(g_.type(root).shape, l.strides), &why);
-    if (!rv) throw CompileError(rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
+    auto rv = resolve_view(g_, uses_, v, l.strides,
+                           is_contiguous_layout(g_.type(root).shape, l.strides), &why);
+    if (!rv)
+      throw CompileError(
+          rt::str("lowering: view %", v, " cannot be expressed with strides: ", why));
     TensorDesc src = root_desc(root);
     src.dtype = g_.type(v).dtype;
     src.sizes = rv->dom.size;
@@ -469,7 +510,8 @@ class Lowerer {
     src.offset = rv->addr.offset;
     std::vector<int64_t> ds;
     for (int k = 0; k < rv->dom.rank(); ++k)
-      ds.push_back(dst.strides[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])] * rv->dom.mult[static_cast<size_t>(k)]);
+      ds.push_back(dst.strides[static_cast<size_t>(rv->dom.owner[static_cast<size_t>(k)])] *
+                   rv->dom.mult[static_cast<size_t>(k)]);
     dst.sizes = rv->dom.size;
     dst.strides = ds;
     s.tensors = {src, dst};
@@ -485,7 +527,8 @@ class Lowerer {
     p.arena_bytes = plan_.arena_bytes;
     for (const Mutation& m : g_.mutations) p.mutated_inputs.push_back(m.input_index);
     std::sort(p.mutated_inputs.begin(), p.mutated_inputs.end());
-    p.mutated_inputs.erase(std::unique(p.mutated_inputs.begin(), p.mutated_inputs.end()), p.mutated_inputs.end());
+    p.mutated_inputs.erase(std::unique(p.mutated_inputs.begin(), p.mutated_inputs.end()),
+                           p.mutated_inputs.end());
     for (size_t i = 0; i < g_.nodes.size(); ++i) lower_node(i, &p);
     for (size_t k = 0; k < plan_.output_copy.size(); ++k) {
       const int v = plan_.output_copy[k];
@@ -537,28 +580,35 @@ class Lowerer {
       for (size_t j = 2; j < n.inputs.size(); ++j) {
         body_buffers.push_back(static_cast<int>(s.tensors.size()));
         s.tensors.push_back(root_desc(n.inputs[j]));
-        in_l.push_back(LeafLayout{s.tensors.back().strides, is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
+        in_l.push_back(
+            LeafLayout{s.tensors.back().strides,
+                       is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
       }
     } else {
       s.kind = StepKind::Fused;
       for (int v : n.inputs) {
         body_buffers.push_back(static_cast<int>(s.tensors.size()));
         s.tensors.push_back(root_desc(v));
-        in_l.push_back(LeafLayout{s.tensors.back().strides, is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
+        in_l.push_back(
+            LeafLayout{s.tensors.back().strides,
+                       is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
       }
     }
     std::vector<int> out_buffers;
     for (int o : n.outputs) {
       out_buffers.push_back(static_cast<int>(s.tensors.size()));
       s.tensors.push_back(root_desc(o));
-      out_l.push_back(LeafLayout{s.tensors.back().strides, is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
+      out_l.push_back(
+          LeafLayout{s.tensors.back().strides,
+                     is_contiguous_layout(s.tensors.back().sizes, s.tensors.back().strides)});
     }
     CodegenResult cg = codegen_fused(*n.body, n.attrs.ints("domain"), red, in_l, out_l);
     if (!cg.fused) throw CompileError(rt::str("lowering ", s.name, ": ", cg.why));
     s.kernel = std::make_shared<vm::Kernel>(std::move(cg.fused->kernel));
     const int nin = static_cast<int>(n.body->inputs.size());
     for (int b : cg.fused->operand_buffer)
-      s.kernel_buffers.push_back(b < nin ? body_buffers[static_cast<size_t>(b)] : out_buffers[static_cast<size_t>(b - nin)]);
+      s.kernel_buffers.push_back(b < nin ? body_buffers[static_cast<size_t>(b)]
+                                         : out_buffers[static_cast<size_t>(b - nin)]);
     p->steps.push_back(std::move(s));
   }
 
@@ -617,8 +667,9 @@ class Lowerer {
       case Op::slice_scatter:
         s.kind = StepKind::SliceScatter;
         s.tensors = {in_view(0), in_view(1), root_desc(n.outputs[0])};
-        s.ints = {normalize_dim(n.attrs.i("dim"), g_.type(n.inputs[0]).rank(), "slice_scatter"), n.attrs.i("start"),
-                  n.attrs.i("end"), n.attrs.i("step", 1), plan_.inplace[i] ? 1 : 0};
+        s.ints = {normalize_dim(n.attrs.i("dim"), g_.type(n.inputs[0]).rank(), "slice_scatter"),
+                  n.attrs.i("start"), n.attrs.i("end"), n.attrs.i("step", 1),
+                  plan_.inplace[i] ? 1 : 0};
         break;
       case Op::conv:
       case Op::conv_backward: {
@@ -648,12 +699,15 @@ class Lowerer {
       case Op::avg_pool:
       case Op::avg_pool_backward: {
         const bool maxp = n.op == Op::max_pool || n.op == Op::max_pool_backward;
-        s.kind = n.op == Op::max_pool ? StepKind::MaxPool : n.op == Op::max_pool_backward ? StepKind::MaxPoolBackward
-               : n.op == Op::avg_pool ? StepKind::AvgPool : StepKind::AvgPoolBackward;
+        s.kind = n.op == Op::max_pool            ? StepKind::MaxPool
+                 : n.op == Op::max_pool_backward ? StepKind::MaxPoolBackward
+                 : n.op == Op::avg_pool          ? StepKind::AvgPool
+                                                 : StepKind::AvgPoolBackward;
         for (const char* key : {"kernel", "stride", "padding"})
           for (int64_t x : n.attrs.ints(key)) s.ints.push_back(x);
         if (maxp) {
-          const std::vector<int64_t> d = n.attrs.has("dilation") ? n.attrs.ints("dilation") : std::vector<int64_t>{1, 1};
+          const std::vector<int64_t> d =
+              n.attrs.has("dilation") ? n.attrs.ints("dilation") : std::vector<int64_t>{1, 1};
           s.ints.insert(s.ints.end(), d.begin(), d.end());
           s.ints.push_back(n.attrs.i("ceil_mode", 0));
         } else {

@@ -20,16 +20,16 @@ struct Location {
 };
 
 struct Plan {
-  std::vector<Location> loc;        // per value; set for materialized roots
-  std::vector<bool> inplace;        // per node: writes into its `self` input buffer
-  std::vector<int> output_copy;     // per graph output: value to copy at the end, or -1
-  std::vector<Mutation> end_copies; // mutations that need a copy at the end
+  std::vector<Location> loc;         // per value; set for materialized roots
+  std::vector<bool> inplace;         // per node: writes into its `self` input buffer
+  std::vector<int> output_copy;      // per graph output: value to copy at the end, or -1
+  std::vector<Mutation> end_copies;  // mutations that need a copy at the end
   std::vector<int64_t> scratch_offset, scratch_bytes;  // per node
   std::vector<IOSpec> constants;
   std::vector<std::vector<uint8_t>> constant_data;
-  std::vector<IOSpec> outputs;      // final output specs
+  std::vector<IOSpec> outputs;  // final output specs
   int64_t arena_bytes = 0;
-  int inplace_mutations = 0;        // mutations done without a copy
+  int inplace_mutations = 0;  // mutations done without a copy
 };
 
 // Decides buffers for every value of `g` (after fusion). `output_specs` are the layouts the

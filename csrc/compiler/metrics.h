@@ -11,16 +11,16 @@
 namespace neuron::cc {
 
 struct Metrics {
-  int64_t graphs_compiled = 0;      // programs built by the compiler
+  int64_t graphs_compiled = 0;  // programs built by the compiler
   int64_t cache_hits_memory = 0;
   int64_t cache_hits_disk = 0;
   int64_t cache_misses = 0;
-  int64_t cache_corrupted = 0;      // disk entries rejected (checksum, truncation, version)
-  int64_t cache_lock_waits = 0;     // another process was compiling the same graph
+  int64_t cache_corrupted = 0;   // disk entries rejected (checksum, truncation, version)
+  int64_t cache_lock_waits = 0;  // another process was compiling the same graph
   int64_t cache_writes = 0;
   int64_t executions = 0;
-  double compile_seconds = 0;       // time spent in the compiler proper
-  double cache_load_seconds = 0;    // reading + validating NEFFs from disk
+  double compile_seconds = 0;     // time spent in the compiler proper
+  double cache_load_seconds = 0;  // reading + validating NEFFs from disk
 };
 
 Metrics metrics();

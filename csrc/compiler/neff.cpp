@@ -93,7 +93,8 @@ std::vector<uint8_t> write_neff(const Neff& n) {
 
 Neff read_neff(const uint8_t* data, size_t size, const std::string& what) {
   if (size < 16 + 16) throw NeffError(rt::str(what, ": not a NEFF (", size, " bytes, truncated)"));
-  if (std::memcmp(data, kNeffMagic, 8) != 0) throw NeffError(rt::str(what, ": not a NEFF (bad magic)"));
+  if (std::memcmp(data, kNeffMagic, 8) != 0)
+    throw NeffError(rt::str(what, ": not a NEFF (bad magic)"));
   if (std::memcmp(data + size - 8, kNeffEndMagic, 8) != 0)
     throw NeffError(rt::str(what, ": truncated NEFF (end marker missing)"));
   uint64_t stored;
@@ -103,8 +104,9 @@ Neff read_neff(const uint8_t* data, size_t size, const std::string& what) {
   ByteReader r(data + 8, size - 8 - 16, what);
   const uint32_t version = r.u32("format_version");
   if (version != kNeffFormatVersion)
-    throw NeffError(rt::str(what, ": NEFF format version ", version, " is not supported (this build reads version ",
-                            kNeffFormatVersion, ")"));
+    throw NeffError(rt::str(what, ": NEFF format version ", version,
+                            " is not supported (this build reads version ", kNeffFormatVersion,
+                            ")"));
   (void)r.u32("flags");
   Neff n;
   std::vector<IOSpec> sig_in, sig_out;
@@ -131,7 +133,8 @@ Neff read_neff(const uint8_t* data, size_t size, const std::string& what) {
           for (uint64_t i = 0; i < c; ++i) {
             IOSpec x;
             const uint8_t dt = s.u8("signature.dtype");
-            if (dt >= static_cast<uint8_t>(DType::Undefined)) s.fail("signature.dtype", "unknown dtype");
+            if (dt >= static_cast<uint8_t>(DType::Undefined))
+              s.fail("signature.dtype", "unknown dtype");
             x.dtype = static_cast<DType>(dt);
             x.shape = s.i64s("signature.shape");
             x.strides = s.i64s("signature.strides");
@@ -155,7 +158,8 @@ Neff read_neff(const uint8_t* data, size_t size, const std::string& what) {
         for (uint64_t i = 0; i < c; ++i) {
           IOSpec x;
           const uint8_t dt = s.u8("constant.dtype");
-          if (dt >= static_cast<uint8_t>(DType::Undefined)) s.fail("constant.dtype", "unknown dtype");
+          if (dt >= static_cast<uint8_t>(DType::Undefined))
+            s.fail("constant.dtype", "unknown dtype");
           x.dtype = static_cast<DType>(dt);
           x.shape = s.i64s("constant.shape");
           x.strides = s.i64s("constant.strides");
@@ -179,17 +183,20 @@ Neff read_neff(const uint8_t* data, size_t size, const std::string& what) {
         break;  // unknown sections of the same format version are skipped
     }
   }
-  if (!have_target || !have_program) throw NeffError(rt::str(what, ": a required section is missing"));
+  if (!have_target || !have_program)
+    throw NeffError(rt::str(what, ": a required section is missing"));
   n.program.constants = std::move(consts);
   n.program.constant_data = std::move(const_data);
   validate(n.program);
   auto same = [](const std::vector<IOSpec>& a, const std::vector<IOSpec>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].dtype != b[i].dtype || a[i].shape != b[i].shape || a[i].strides != b[i].strides) return false;
+      if (a[i].dtype != b[i].dtype || a[i].shape != b[i].shape || a[i].strides != b[i].strides)
+        return false;
     return true;
   };
-  if (!same(sig_in, n.program.inputs) || !same(sig_out, n.program.outputs) || sig_mut != n.program.mutated_inputs)
+  if (!same(sig_in, n.program.inputs) || !same(sig_out, n.program.outputs) ||
+      sig_mut != n.program.mutated_inputs)
     throw NeffError(rt::str(what, ": the I/O signature does not match the program"));
   return n;
 }

@@ -33,16 +33,17 @@ struct TargetProfile {
   uint32_t nc_version = 3;
   uint32_t lnc = 2;
   bool operator==(const TargetProfile& o) const {
-    return instance_type == o.instance_type && target == o.target && nc_version == o.nc_version && lnc == o.lnc;
+    return instance_type == o.instance_type && target == o.target && nc_version == o.nc_version &&
+           lnc == o.lnc;
   }
   std::string str() const;
 };
 
 struct Neff {
   TargetProfile target;
-  Program program;                               // includes constants and the I/O signature
-  std::map<std::string, std::string> metadata;   // compiler version, flags, cache key, ...
-  std::string ir;                                // final IR (for neff-dump)
+  Program program;                              // includes constants and the I/O signature
+  std::map<std::string, std::string> metadata;  // compiler version, flags, cache key, ...
+  std::string ir;                               // final IR (for neff-dump)
 };
 
 std::vector<uint8_t> write_neff(const Neff& n);

@@ -62,7 +62,9 @@ class Matcher {
       const int k4 = r2->inputs[0];
       const Shape& ks = shape(k4);
       if (ks.size() != 4 || shape(e->inputs[0]) != Shape{ks[0], ks[1], 1, ks[2], ks[3]}) return x;
-      if (es != Shape{ks[0], ks[1], es[2], ks[2], ks[3]} || shape(x) != Shape{ks[0] * ks[1] * es[2], ks[2], ks[3]}) return x;
+      if (es != Shape{ks[0], ks[1], es[2], ks[2], ks[3]} ||
+          shape(x) != Shape{ks[0] * ks[1] * es[2], ks[2], ks[3]})
+        return x;
       return k4;
     }
     if (shape(x).size() != 4) return x;
@@ -76,7 +78,9 @@ class Matcher {
     const Shape& ks = shape(k4);
     const Shape& xs = shape(x);
     if (ks.size() != 4 || shape(e->inputs[0]) != Shape{ks[0], ks[1], 1, ks[2], ks[3]}) return x;
-    if (es != Shape{ks[0], ks[1], es[2], ks[2], ks[3]} || xs != Shape{ks[0], ks[1] * es[2], ks[2], ks[3]}) return x;
+    if (es != Shape{ks[0], ks[1], es[2], ks[2], ks[3]} ||
+        xs != Shape{ks[0], ks[1] * es[2], ks[2], ks[3]})
+      return x;
     return k4;
   }
 
@@ -93,12 +97,15 @@ class Matcher {
       if (!r || r->op != Op::reshape) return std::nullopt;
       x = r->inputs[0];
       const Shape& s4 = shape(x);
-      if (s4.size() != 4 || s4[0] * s4[1] != shape(v)[0] || s4[2] != shape(v)[1] || s4[3] != shape(v)[2]) return std::nullopt;
+      if (s4.size() != 4 || s4[0] * s4[1] != shape(v)[0] || s4[2] != shape(v)[1] ||
+          s4[3] != shape(v)[2])
+        return std::nullopt;
     }
     if (shape(x).size() != 4) return std::nullopt;
     if (transposed) {
       const Node* p = prod(x);
-      if (!p || p->op != Op::permute || p->attrs.ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) return std::nullopt;
+      if (!p || p->op != Op::permute || p->attrs.ints("perm") != std::vector<int64_t>{0, 1, 3, 2})
+        return std::nullopt;
       x = p->inputs[0];
     }
     x = strip_gqa(x);
@@ -109,7 +116,9 @@ class Matcher {
   // Follows single-use casts.
   int skip_casts_down(int v) const {
     while (true) {
-      if (uses_.users[static_cast<size_t>(v)].size() != 1 || uses_.output_uses[static_cast<size_t>(v)]) return v;
+      if (uses_.users[static_cast<size_t>(v)].size() != 1 ||
+          uses_.output_uses[static_cast<size_t>(v)])
+        return v;
       const Node& u = g_.nodes[static_cast<size_t>(uses_.users[static_cast<size_t>(v)][0])];
       if (u.op != Op::cast) return v;
       v = u.outputs[0];
@@ -165,19 +174,25 @@ PassStats fuse_attention(Graph& g) {
       // Softmax output -> [casts] -> [SDPA zero-row wrapper] -> [casts] -> reshape -> matmul.
       int p = m.skip_casts_down(sm.outputs[0]);
       bool zero_rows = false;
-      if (m.uses_.users[static_cast<size_t>(p)].size() == 1 && !m.uses_.output_uses[static_cast<size_t>(p)]) {
+      if (m.uses_.users[static_cast<size_t>(p)].size() == 1 &&
+          !m.uses_.output_uses[static_cast<size_t>(p)]) {
         const Node& w = g.nodes[static_cast<size_t>(m.uses_.users[static_cast<size_t>(p)][0])];
-        if (w.op == Op::where && w.inputs[2] == p && is_zero_fill(m, w.inputs[1]) && is_all_masked_cond(m, w.inputs[0], sin)) {
+        if (w.op == Op::where && w.inputs[2] == p && is_zero_fill(m, w.inputs[1]) &&
+            is_all_masked_cond(m, w.inputs[0], sin)) {
           zero_rows = true;
           p = m.skip_casts_down(w.outputs[0]);
         }
       }
-      if (m.uses_.users[static_cast<size_t>(p)].size() != 1 || m.uses_.output_uses[static_cast<size_t>(p)]) continue;
+      if (m.uses_.users[static_cast<size_t>(p)].size() != 1 ||
+          m.uses_.output_uses[static_cast<size_t>(p)])
+        continue;
       int user = m.uses_.users[static_cast<size_t>(p)][0];
       int pv = p;
       if (g.nodes[static_cast<size_t>(user)].op == Op::reshape) {
         pv = g.nodes[static_cast<size_t>(user)].outputs[0];
-        if (m.uses_.users[static_cast<size_t>(pv)].size() != 1 || m.uses_.output_uses[static_cast<size_t>(pv)]) continue;
+        if (m.uses_.users[static_cast<size_t>(pv)].size() != 1 ||
+            m.uses_.output_uses[static_cast<size_t>(pv)])
+          continue;
         user = m.uses_.users[static_cast<size_t>(pv)][0];
       }
       const Node& mm2 = g.nodes[static_cast<size_t>(user)];
@@ -193,7 +208,8 @@ PassStats fuse_attention(Graph& g) {
       if (an && an->op == Op::add && (zero_rows ? true : m.single_use(s))) {
         const int a0 = an->inputs[0], a1 = an->inputs[1];
         const Node* p0 = m.prod(m.skip_casts_up(a0));
-        const bool first_is_scores = p0 && (p0->op == Op::reshape || p0->op == Op::mul || p0->op == Op::div || p0->op == Op::matmul);
+        const bool first_is_scores = p0 && (p0->op == Op::reshape || p0->op == Op::mul ||
+                                            p0->op == Op::div || p0->op == Op::matmul);
         s = first_is_scores ? a0 : a1;
         mask = first_is_scores ? a1 : a0;
       }
@@ -214,11 +230,13 @@ PassStats fuse_attention(Graph& g) {
       auto k4 = m.source4(mm1->inputs[1], true, &scale);
       if (!q4 || !k4) continue;
       const Shape &qs = m.shape(*q4), &ks = m.shape(*k4), &vs = m.shape(*v4);
-      if (ks[0] != qs[0] || vs[0] != qs[0] || ks[1] != vs[1] || ks[2] != vs[2] || qs[3] != ks[3]) continue;
+      if (ks[0] != qs[0] || vs[0] != qs[0] || ks[1] != vs[1] || ks[2] != vs[2] || qs[3] != ks[3])
+        continue;
       if (ks[1] == 0 || qs[1] % ks[1] != 0) continue;
       const Shape full = {qs[0], qs[1], qs[2], ks[2]};
       if (m.shape(sin) != full) continue;
-      if (g.type(*q4).dtype != g.type(*k4).dtype || g.type(*q4).dtype != g.type(*v4).dtype) continue;
+      if (g.type(*q4).dtype != g.type(*k4).dtype || g.type(*q4).dtype != g.type(*v4).dtype)
+        continue;
       if (mask >= 0) {
         auto b = broadcast_shapes({&m.shape(mask), &full});
         if (!b || *b != full) continue;

@@ -109,7 +109,8 @@ PassStats cse(Graph& g) {
     for (const auto& kv : n.attrs.items())
       if (kv.first != "blob") key.attrs.push_back(kv);
     for (int o : n.outputs) key.types.push_back(g.type(o));
-    if (n.op == Op::constant && n.attrs.has("blob")) key.blob = &g.blobs[static_cast<size_t>(n.attrs.i("blob"))];
+    if (n.op == Op::constant && n.attrs.has("blob"))
+      key.blob = &g.blobs[static_cast<size_t>(n.attrs.i("blob"))];
     auto it = seen.find(key);
     if (it != seen.end()) {
       const Node& prev = kept[it->second];
@@ -164,7 +165,8 @@ PassStats canonicalize(Graph& g) {
           const auto& p = n.attrs.ints("perm");
           identity = true;
           for (size_t i = 0; i < p.size(); ++i)
-            if (p[i] != static_cast<int64_t>(i) && it.shape[static_cast<size_t>(p[i])] != 1) identity = false;
+            if (p[i] != static_cast<int64_t>(i) && it.shape[static_cast<size_t>(p[i])] != 1)
+              identity = false;
           identity = identity && it.shape == ot.shape;
           // A permute that only moves size-1 dims is a reshape.
           if (!identity) {
@@ -222,8 +224,10 @@ PassStats canonicalize(Graph& g) {
       } else if (n.op == Op::cast && prev.op == Op::cast) {
         // cast(cast(x, wider), narrower-or-same) where the first cast is exact -> cast(x)
         const DType a = g.type(prev.inputs[0]).dtype, b = it.dtype, c = ot.dtype;
-        const bool exact_widen = (a == DType::BFloat16 || a == DType::Float16) && b == DType::Float32;
-        if (exact_widen && (c == a || c == DType::Float32 || c == DType::BFloat16 || c == DType::Float16)) {
+        const bool exact_widen =
+            (a == DType::BFloat16 || a == DType::Float16) && b == DType::Float32;
+        if (exact_widen &&
+            (c == a || c == DType::Float32 || c == DType::BFloat16 || c == DType::Float16)) {
           n.inputs[0] = prev.inputs[0];
           ++st.changed;
           again = true;

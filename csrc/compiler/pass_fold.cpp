@@ -92,7 +92,9 @@ PassStats fold_constants(Graph& g, int64_t max_elements) {
   std::vector<std::vector<uint8_t>> outs(prog.outputs.size());
   for (size_t k = 0; k < prog.outputs.size(); ++k) {
     const IOSpec& s = prog.outputs[k];
-    outs[k].assign(static_cast<size_t>(std::max<int64_t>(s.storage_elements(), 1)) * kernels::element_size(s.dtype), 0);
+    outs[k].assign(static_cast<size_t>(std::max<int64_t>(s.storage_elements(), 1)) *
+                       kernels::element_size(s.dtype),
+                   0);
     b.outputs.push_back(outs[k].data());
   }
   for (const auto& d : prog.constant_data) b.constants.push_back(d.data());
@@ -115,7 +117,8 @@ PassStats fold_constants(Graph& g, int64_t max_elements) {
         off += (rem % t.shape[d]) * s.strides[d];
         rem /= t.shape[d];
       }
-      std::memcpy(data.data() + static_cast<size_t>(e) * es, outs[k].data() + static_cast<size_t>(off) * es, es);
+      std::memcpy(data.data() + static_cast<size_t>(e) * es,
+                  outs[k].data() + static_cast<size_t>(off) * es, es);
     }
     g.blobs.push_back(std::move(data));
     Node n;
@@ -128,7 +131,8 @@ PassStats fold_constants(Graph& g, int64_t max_elements) {
     fresh.push_back(std::move(n));
     ++st.changed;
   }
-  fresh.insert(fresh.end(), std::make_move_iterator(g.nodes.begin()), std::make_move_iterator(g.nodes.end()));
+  fresh.insert(fresh.end(), std::make_move_iterator(g.nodes.begin()),
+               std::make_move_iterator(g.nodes.end()));
   g.nodes = std::move(fresh);
   dce(g);
   return st;

@@ -21,7 +21,8 @@ bool fusable_node(const Graph& g, const Node& n) {
   for (int o : n.outputs)
     if (!fusable_dtype(g.type(o).dtype)) return false;
   for (int v : n.inputs)
-    if (v < 0 || (!fusable_dtype(g.type(v).dtype) && g.type(v).dtype != DType::Float64)) return false;
+    if (v < 0 || (!fusable_dtype(g.type(v).dtype) && g.type(v).dtype != DType::Float64))
+      return false;
   return true;
 }
 
@@ -30,7 +31,8 @@ std::vector<bool> reduce_mask(const Graph& g, const Node& n) {
   std::vector<bool> red(s.size(), false);
   const auto& dims = n.attrs.ints("dims");
   if (dims.empty()) std::fill(red.begin(), red.end(), true);
-  for (int64_t d : dims) red[static_cast<size_t>(normalize_dim(d, static_cast<int64_t>(s.size()), "reduce"))] = true;
+  for (int64_t d : dims)
+    red[static_cast<size_t>(normalize_dim(d, static_cast<int64_t>(s.size()), "reduce"))] = true;
   return red;
 }
 
@@ -52,8 +54,8 @@ struct Body {
 
 // Copies `members` (node indices, topological) into a body; `outputs` are the main-graph
 // values the body must produce.
-Body build_body(const Graph& g, const UseInfo& uses, const std::vector<int>& members, const std::vector<int>& outputs,
-                const std::string& name) {
+Body build_body(const Graph& g, const UseInfo& uses, const std::vector<int>& members,
+                const std::vector<int>& outputs, const std::string& name) {
   Body b;
   b.graph = std::make_shared<Graph>();
   Graph& body = *b.graph;
@@ -181,7 +183,8 @@ CodegenResult trial(const Graph& g, const UseInfo& uses, std::vector<int> member
   std::vector<LeafLayout> in_l = layouts_for(g, b.ext_inputs);
   std::vector<LeafLayout> out_l;
   for (int o : outs) out_l.push_back(LeafLayout{contiguous_strides(g.type(o).shape), true});
-  return codegen_fused(*b.graph, F, red.empty() ? std::vector<bool>(F.size(), false) : red, in_l, out_l);
+  return codegen_fused(*b.graph, F, red.empty() ? std::vector<bool>(F.size(), false) : red, in_l,
+                       out_l);
 }
 
 }  // namespace
@@ -203,7 +206,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       }
       const bool red = op_kind(n.op) == OpKind::Reduce;
       const Shape F = red ? g.type(n.inputs[0]).shape : g.type(n.outputs[0]).shape;
-      CodegenResult r = trial(g, uses, {static_cast<int>(i)}, F, red ? reduce_mask(g, n) : std::vector<bool>{});
+      CodegenResult r =
+          trial(g, uses, {static_cast<int>(i)}, F, red ? reduce_mask(g, n) : std::vector<bool>{});
       if (r.fused) {
         out.push_back(std::move(n));
         continue;
@@ -219,7 +223,9 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
         out.push_back(std::move(c));
         fixed = true;
       }
-      if (!fixed) throw CompileError(rt::str("cannot generate a kernel for `", print_node(g, n), "`: ", r.why));
+      if (!fixed)
+        throw CompileError(
+            rt::str("cannot generate a kernel for `", print_node(g, n), "`: ", r.why));
       inserted = true;
       out.push_back(std::move(n));
     }
@@ -239,7 +245,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
     const Node& n = g.nodes[i];
     const OpKind k = op_kind(n.op);
     if (k == OpKind::Move) {
-      for (int o : n.outputs) slot_of[static_cast<size_t>(o)] = slot_of[static_cast<size_t>(n.inputs[0])];
+      for (int o : n.outputs)
+        slot_of[static_cast<size_t>(o)] = slot_of[static_cast<size_t>(n.inputs[0])];
       continue;
     }
     if (n.op == Op::constant) continue;
@@ -258,7 +265,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       const int root = chain_root(g, uses, v);
       max_dep_slot = std::max(max_dep_slot, slot_of[static_cast<size_t>(root)]);
       const int p = uses.producer[static_cast<size_t>(root)];
-      if (p >= 0 && group_of[static_cast<size_t>(p)] >= 0) cands.insert(group_of[static_cast<size_t>(p)]);
+      if (p >= 0 && group_of[static_cast<size_t>(p)] >= 0)
+        cands.insert(group_of[static_cast<size_t>(p)]);
     }
     // Elementwise producers read only by this node (possibly through views of another shape)
     // are recomputed inside its kernel instead of being stored.
@@ -274,7 +282,9 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
         const int p = uses.producer[static_cast<size_t>(root)];
         if (p < 0 || inl_set.count(p)) continue;
         const Node& pn = g.nodes[static_cast<size_t>(p)];
-        if (!fusable_node(g, pn) || op_kind(pn.op) == OpKind::Reduce || op_kind(pn.op) == OpKind::Struct) continue;
+        if (!fusable_node(g, pn) || op_kind(pn.op) == OpKind::Reduce ||
+            op_kind(pn.op) == OpKind::Struct)
+          continue;
         if (uses.output_uses[static_cast<size_t>(root)] > 0) continue;
         bool only_here = true;
         for (int r : readers_of(g, uses, root))
@@ -290,11 +300,14 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       for (int p : inl)
         for (int u : g.nodes[static_cast<size_t>(p)].inputs) {
           const int root = chain_root(g, uses, u);
-          if (!produced.count(root)) max_dep_slot = std::max(max_dep_slot, slot_of[static_cast<size_t>(root)]);
+          if (!produced.count(root))
+            max_dep_slot = std::max(max_dep_slot, slot_of[static_cast<size_t>(root)]);
         }
     }
     std::vector<int> order(cands.begin(), cands.end());
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return groups[static_cast<size_t>(a)].slot > groups[static_cast<size_t>(b)].slot; });
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return groups[static_cast<size_t>(a)].slot > groups[static_cast<size_t>(b)].slot;
+    });
     int joined = -1;
     // Producers in several groups: try one kernel for all of them (the earlier groups move to
     // the latest one's slot when nothing in between reads them).
@@ -315,8 +328,13 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
           for (int o : g.nodes[static_cast<size_t>(mi)].outputs)
             for (int r : readers_of(g, uses, o)) {
               if (r < 0) continue;
-              if (r == static_cast<int>(i) || group_of[static_cast<size_t>(r)] == order[oi] || group_of[static_cast<size_t>(r)] == order[0]) continue;
-              const int rs = group_of[static_cast<size_t>(r)] >= 0 ? groups[static_cast<size_t>(group_of[static_cast<size_t>(r)])].slot : item_key[static_cast<size_t>(r)];
+              if (r == static_cast<int>(i) || group_of[static_cast<size_t>(r)] == order[oi] ||
+                  group_of[static_cast<size_t>(r)] == order[0])
+                continue;
+              const int rs =
+                  group_of[static_cast<size_t>(r)] >= 0
+                      ? groups[static_cast<size_t>(group_of[static_cast<size_t>(r)])].slot
+                      : item_key[static_cast<size_t>(r)];
               if (rs <= T.slot) ok = false;
             }
         members.insert(members.end(), O.members.begin(), O.members.end());
@@ -328,7 +346,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
           for (int oid : merged) {
             for (int mi : groups[static_cast<size_t>(oid)].members) {
               group_of[static_cast<size_t>(mi)] = order[0];
-              for (int o : g.nodes[static_cast<size_t>(mi)].outputs) slot_of[static_cast<size_t>(o)] = T.slot;
+              for (int o : g.nodes[static_cast<size_t>(mi)].outputs)
+                slot_of[static_cast<size_t>(o)] = T.slot;
             }
             groups[static_cast<size_t>(oid)].members.clear();
           }
@@ -352,7 +371,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       } else {
         const Shape& s = g.type(n.outputs[0]).shape;
         const bool vec = s == G.F;
-        const bool sc = G.has_red() && is_reduced_shape(G.F, G.red, s) && op_kind(n.op) != OpKind::Struct;
+        const bool sc =
+            G.has_red() && is_reduced_shape(G.F, G.red, s) && op_kind(n.op) != OpKind::Struct;
         if (!vec && !sc) continue;
       }
       if (static_cast<int>(G.members.size()) >= max_members) continue;
@@ -402,7 +422,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
         om.erase(std::remove(om.begin(), om.end(), p), om.end());
       }
       group_of[static_cast<size_t>(p)] = joined;
-      for (int o : g.nodes[static_cast<size_t>(p)].outputs) slot_of[static_cast<size_t>(o)] = J.slot;
+      for (int o : g.nodes[static_cast<size_t>(p)].outputs)
+        slot_of[static_cast<size_t>(o)] = J.slot;
     }
     std::sort(J.members.begin(), J.members.end());
     J.members.erase(std::unique(J.members.begin(), J.members.end()), J.members.end());
@@ -434,7 +455,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
   std::vector<int> key;
   for (size_t i = 0; i < nn; ++i) {
     if (group_of[i] >= 0) continue;
-    key.push_back(op_kind(g.nodes[i].op) == OpKind::Move || g.nodes[i].op == Op::constant ? -1 : item_key[i]);
+    key.push_back(
+        op_kind(g.nodes[i].op) == OpKind::Move || g.nodes[i].op == Op::constant ? -1 : item_key[i]);
     fresh.push_back(g.nodes[i]);
   }
   for (size_t gi = 0; gi < groups.size(); ++gi) {
@@ -486,7 +508,8 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
     for (int s : succ[static_cast<size_t>(i)])
       if (--indeg[static_cast<size_t>(s)] == 0) q.push({key[static_cast<size_t>(s)], s});
   }
-  if (sorted.size() != fresh.size()) throw CompileError("fusion produced a cyclic schedule (compiler bug)");
+  if (sorted.size() != fresh.size())
+    throw CompileError("fusion produced a cyclic schedule (compiler bug)");
   g.nodes = std::move(sorted);
   dce(g);
   return st;
@@ -502,7 +525,8 @@ PassStats fuse_gemm_epilogue(Graph& g) {
     Node& mm = g.nodes[i];
     if (mm.op != Op::matmul) continue;
     const int y = mm.outputs[0];
-    if (uses.output_uses[static_cast<size_t>(y)] || uses.users[static_cast<size_t>(y)].size() != 1) continue;
+    if (uses.output_uses[static_cast<size_t>(y)] || uses.users[static_cast<size_t>(y)].size() != 1)
+      continue;
     const int ui = uses.users[static_cast<size_t>(y)][0];
     Node& e = g.nodes[static_cast<size_t>(ui)];
     if (e.op != Op::fused || e.attrs.has("gemm")) continue;
@@ -551,7 +575,8 @@ namespace {
 // Operands of dense kernels that may be refined views: batch dims of matmul operands.
 bool view_ok_for(const Node& n, size_t operand, const ResolvedView& rv, const Shape& logical) {
   if (rv.dom.rank() == static_cast<int>(logical.size())) return true;
-  if (n.op != Op::matmul && !(n.op == Op::fused && n.attrs.has("gemm") && operand < 2)) return false;
+  if (n.op != Op::matmul && !(n.op == Op::fused && n.attrs.has("gemm") && operand < 2))
+    return false;
   // The two trailing logical dims must not be split.
   const int r = static_cast<int>(logical.size());
   int count_m = 0, count_k = 0;

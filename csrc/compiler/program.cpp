@@ -7,22 +7,38 @@ namespace neuron::cc {
 
 const char* step_kind_name(StepKind k) {
   switch (k) {
-    case StepKind::Fused: return "fused";
-    case StepKind::Gemm: return "gemm";
-    case StepKind::Attention: return "attention";
-    case StepKind::Index: return "index";
-    case StepKind::IndexPut: return "index_put";
-    case StepKind::Gather: return "gather";
-    case StepKind::Scatter: return "scatter";
-    case StepKind::SliceScatter: return "slice_scatter";
-    case StepKind::Copy: return "copy";
-    case StepKind::Conv: return "conv";
-    case StepKind::ConvBackward: return "conv_backward";
-    case StepKind::MaxPool: return "max_pool";
-    case StepKind::MaxPoolBackward: return "max_pool_backward";
-    case StepKind::AvgPool: return "avg_pool";
-    case StepKind::AvgPoolBackward: return "avg_pool_backward";
-    case StepKind::Custom: return "custom";
+    case StepKind::Fused:
+      return "fused";
+    case StepKind::Gemm:
+      return "gemm";
+    case StepKind::Attention:
+      return "attention";
+    case StepKind::Index:
+      return "index";
+    case StepKind::IndexPut:
+      return "index_put";
+    case StepKind::Gather:
+      return "gather";
+    case StepKind::Scatter:
+      return "scatter";
+    case StepKind::SliceScatter:
+      return "slice_scatter";
+    case StepKind::Copy:
+      return "copy";
+    case StepKind::Conv:
+      return "conv";
+    case StepKind::ConvBackward:
+      return "conv_backward";
+    case StepKind::MaxPool:
+      return "max_pool";
+    case StepKind::MaxPoolBackward:
+      return "max_pool_backward";
+    case StepKind::AvgPool:
+      return "avg_pool";
+    case StepKind::AvgPoolBackward:
+      return "avg_pool_backward";
+    case StepKind::Custom:
+      return "custom";
   }
   return "?";
 }
@@ -159,8 +175,8 @@ Program deserialize_program(ByteReader& r, bool check) {
 namespace {
 
 // Byte extent [lo, hi) a strided view touches relative to its buffer start.
-bool extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset, size_t esize,
-            int64_t* lo, int64_t* hi) {
+bool extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset,
+            size_t esize, int64_t* lo, int64_t* hi) {
   int64_t mn = offset, mx = offset;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 0) {
@@ -168,7 +184,10 @@ bool extent(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strid
       return false;
     }
     const int64_t s = strides[d] * (sizes[d] - 1);
-    if (s < 0) mn += s; else mx += s;
+    if (s < 0)
+      mn += s;
+    else
+      mx += s;
   }
   *lo = mn * static_cast<int64_t>(esize);
   *hi = (mx + 1) * static_cast<int64_t>(esize);
@@ -179,7 +198,8 @@ void check_desc(const Program& p, const Step& s, const TensorDesc& d) {
   auto bad = [&](const std::string& why) {
     throw NeffError(rt::str("program step '", s.name, "' (", step_kind_name(s.kind), "): ", why));
   };
-  if (d.sizes.size() != d.strides.size() || d.sizes.size() > static_cast<size_t>(kernels::kMaxDims)) bad("tensor rank mismatch");
+  if (d.sizes.size() != d.strides.size() || d.sizes.size() > static_cast<size_t>(kernels::kMaxDims))
+    bad("tensor rank mismatch");
   for (int64_t x : d.sizes)
     if (x < 0) bad("negative size");
   int64_t lo, hi;
@@ -195,7 +215,8 @@ void check_desc(const Program& p, const Step& s, const TensorDesc& d) {
       break;
     }
     case Space::Constant:
-      if (d.index < 0 || static_cast<size_t>(d.index) >= p.constant_data.size()) bad("constant index out of range");
+      if (d.index < 0 || static_cast<size_t>(d.index) >= p.constant_data.size())
+        bad("constant index out of range");
       cap = static_cast<int64_t>(p.constant_data[static_cast<size_t>(d.index)].size());
       break;
     case Space::Arena:
@@ -204,24 +225,30 @@ void check_desc(const Program& p, const Step& s, const TensorDesc& d) {
       cap = p.arena_bytes;
       break;
   }
-  if (lo < 0 || hi > cap) bad(rt::str("a tensor reaches bytes [", lo, ", ", hi, ") of a ", cap, "-byte buffer"));
+  if (lo < 0 || hi > cap)
+    bad(rt::str("a tensor reaches bytes [", lo, ", ", hi, ") of a ", cap, "-byte buffer"));
 }
 
 }  // namespace
 
 void validate(const Program& p) {
   if (p.arena_bytes < 0) throw NeffError("program: negative arena size");
-  if (p.constants.size() != p.constant_data.size()) throw NeffError("program: constant table size mismatch");
+  if (p.constants.size() != p.constant_data.size())
+    throw NeffError("program: constant table size mismatch");
   for (size_t i = 0; i < p.constants.size(); ++i) {
     const IOSpec& c = p.constants[i];
-    const int64_t need = c.storage_elements() * static_cast<int64_t>(kernels::element_size(c.dtype));
-    if (static_cast<int64_t>(p.constant_data[i].size()) < need) throw NeffError(rt::str("program: constant #", i, " is truncated"));
+    const int64_t need =
+        c.storage_elements() * static_cast<int64_t>(kernels::element_size(c.dtype));
+    if (static_cast<int64_t>(p.constant_data[i].size()) < need)
+      throw NeffError(rt::str("program: constant #", i, " is truncated"));
   }
   for (int m : p.mutated_inputs)
-    if (m < 0 || static_cast<size_t>(m) >= p.inputs.size()) throw NeffError("program: mutated input out of range");
+    if (m < 0 || static_cast<size_t>(m) >= p.inputs.size())
+      throw NeffError("program: mutated input out of range");
   for (const Step& s : p.steps) {
     for (const TensorDesc& d : s.tensors) check_desc(p, s, d);
-    if (s.scratch_bytes < 0 || s.scratch_offset < 0 || s.scratch_offset + s.scratch_bytes > p.arena_bytes)
+    if (s.scratch_bytes < 0 || s.scratch_offset < 0 ||
+        s.scratch_offset + s.scratch_bytes > p.arena_bytes)
       throw NeffError(rt::str("program step '", s.name, "': scratch outside the arena"));
     if (s.kernel) {
       vm::validate(*s.kernel);
@@ -229,7 +256,8 @@ void validate(const Program& p) {
         throw NeffError(rt::str("program step '", s.name, "': kernel operand table mismatch"));
       for (size_t o = 0; o < s.kernel_buffers.size(); ++o) {
         const int b = s.kernel_buffers[o];
-        if (b < 0 || static_cast<size_t>(b) >= s.tensors.size()) throw NeffError(rt::str("program step '", s.name, "': bad kernel buffer"));
+        if (b < 0 || static_cast<size_t>(b) >= s.tensors.size())
+          throw NeffError(rt::str("program step '", s.name, "': bad kernel buffer"));
         // The VM addresses the buffer through the operand's own strides: check that extent too.
         const TensorDesc& base = s.tensors[static_cast<size_t>(b)];
         const vm::Operand& op = s.kernel->operands[o];
@@ -254,11 +282,14 @@ std::string describe(const Program& p) {
     return r;
   };
   os << "inputs:\n";
-  for (size_t i = 0; i < p.inputs.size(); ++i) os << "  in" << i << ": " << spec_str(p.inputs[i]) << "\n";
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    os << "  in" << i << ": " << spec_str(p.inputs[i]) << "\n";
   os << "outputs:\n";
-  for (size_t i = 0; i < p.outputs.size(); ++i) os << "  out" << i << ": " << spec_str(p.outputs[i]) << "\n";
+  for (size_t i = 0; i < p.outputs.size(); ++i)
+    os << "  out" << i << ": " << spec_str(p.outputs[i]) << "\n";
   os << "constants: " << p.constants.size() << "\n";
-  for (size_t i = 0; i < p.constants.size(); ++i) os << "  c" << i << ": " << spec_str(p.constants[i]) << "\n";
+  for (size_t i = 0; i < p.constants.size(); ++i)
+    os << "  c" << i << ": " << spec_str(p.constants[i]) << "\n";
   if (!p.mutated_inputs.empty()) {
     os << "mutated inputs:";
     for (int m : p.mutated_inputs) os << " in" << m;
@@ -267,7 +298,10 @@ std::string describe(const Program& p) {
   os << "arena: " << p.arena_bytes << " bytes\n";
   os << "steps: " << p.steps.size() << "\n";
   auto desc_str = [](const TensorDesc& d) {
-    const char* sp = d.space == Space::Input ? "in" : d.space == Space::Output ? "out" : d.space == Space::Constant ? "c" : "arena";
+    const char* sp = d.space == Space::Input      ? "in"
+                     : d.space == Space::Output   ? "out"
+                     : d.space == Space::Constant ? "c"
+                                                  : "arena";
     std::string r = std::string(sp);
     if (d.space == Space::Arena) {
       r += "@" + std::to_string(d.byte_offset);
@@ -293,10 +327,18 @@ kernels::TensorRef resolve(const TensorDesc& d, const Buffers& b) {
   kernels::TensorRef r;
   char* base = nullptr;
   switch (d.space) {
-    case Space::Input: base = static_cast<char*>(b.inputs[static_cast<size_t>(d.index)]); break;
-    case Space::Output: base = static_cast<char*>(b.outputs[static_cast<size_t>(d.index)]); break;
-    case Space::Constant: base = const_cast<char*>(static_cast<const char*>(b.constants[static_cast<size_t>(d.index)])); break;
-    case Space::Arena: base = static_cast<char*>(b.arena) + d.byte_offset; break;
+    case Space::Input:
+      base = static_cast<char*>(b.inputs[static_cast<size_t>(d.index)]);
+      break;
+    case Space::Output:
+      base = static_cast<char*>(b.outputs[static_cast<size_t>(d.index)]);
+      break;
+    case Space::Constant:
+      base = const_cast<char*>(static_cast<const char*>(b.constants[static_cast<size_t>(d.index)]));
+      break;
+    case Space::Arena:
+      base = static_cast<char*>(b.arena) + d.byte_offset;
+      break;
   }
   r.data = base ? base + d.offset * static_cast<int64_t>(kernels::element_size(d.dtype)) : nullptr;
   r.dtype = d.dtype;

@@ -21,8 +21,8 @@ enum class Space : uint8_t { Input, Output, Arena, Constant };
 // A strided view of one buffer.
 struct TensorDesc {
   Space space = Space::Arena;
-  int32_t index = 0;         // input/output/constant number
-  int64_t byte_offset = 0;   // Arena: where the buffer starts
+  int32_t index = 0;        // input/output/constant number
+  int64_t byte_offset = 0;  // Arena: where the buffer starts
   DType dtype = DType::Float32;
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;  // elements
@@ -30,20 +30,21 @@ struct TensorDesc {
 };
 
 enum class StepKind : uint8_t {
-  Fused,            // tensors: VM buffers; kernel + kernel_buffers
-  Gemm,             // tensors: A, B, C [, epilogue buffers]; floats: alpha, beta
-  Attention,        // tensors: q, k, v, out [, mask]; floats: scale; ints: causal, zero_masked_rows
-  Index,            // tensors: x, out, idx...; ints: indexed dim of each idx
-  IndexPut,         // tensors: self, values, out, idx...; ints: accumulate, inplace, dims...
-  Gather,           // tensors: x, index, out; ints: dim
-  Scatter,          // tensors: self, index, src, out; ints: dim, reduce (0 set, 1 add), inplace
-  SliceScatter,     // tensors: self, src, out; ints: dim, start, end, step, inplace
-  Copy,             // tensors: src, dst
-  Conv,             // tensors: input, weight, [bias], out; ints: spatial, stride.., pad.., dil.., groups, has_bias
+  Fused,         // tensors: VM buffers; kernel + kernel_buffers
+  Gemm,          // tensors: A, B, C [, epilogue buffers]; floats: alpha, beta
+  Attention,     // tensors: q, k, v, out [, mask]; floats: scale; ints: causal, zero_masked_rows
+  Index,         // tensors: x, out, idx...; ints: indexed dim of each idx
+  IndexPut,      // tensors: self, values, out, idx...; ints: accumulate, inplace, dims...
+  Gather,        // tensors: x, index, out; ints: dim
+  Scatter,       // tensors: self, index, src, out; ints: dim, reduce (0 set, 1 add), inplace
+  SliceScatter,  // tensors: self, src, out; ints: dim, start, end, step, inplace
+  Copy,          // tensors: src, dst
+  Conv,  // tensors: input, weight, [bias], out; ints: spatial, stride.., pad.., dil.., groups,
+         // has_bias
   ConvBackward,     // tensors: grad_out, input, weight, grad_in, grad_w, grad_b; ints: .. + mask(3)
   MaxPool,          // tensors: input, out, indices; ints: k.., s.., p.., d.., ceil_mode
   MaxPoolBackward,  // tensors: grad_out, indices, grad_in; ints as MaxPool
-  AvgPool,          // tensors: input, out; ints: k.., s.., p.., ceil_mode, count_include_pad, divisor
+  AvgPool,  // tensors: input, out; ints: k.., s.., p.., ceil_mode, count_include_pad, divisor
   AvgPoolBackward,  // tensors: grad_out, grad_in; ints as AvgPool
   Custom,           // tensors: inputs then outputs; ints: n_inputs; text: target; payload
 };

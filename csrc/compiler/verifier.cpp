@@ -15,12 +15,14 @@ class Verifier {
     defined_.assign(nv, false);
     for (size_t i = 0; i < g_.inputs.size(); ++i) {
       const int v = g_.inputs[i];
-      if (v < 0 || static_cast<size_t>(v) >= nv) fail_graph(rt::str("input #", i, " refers to value %", v, " which does not exist"));
+      if (v < 0 || static_cast<size_t>(v) >= nv)
+        fail_graph(rt::str("input #", i, " refers to value %", v, " which does not exist"));
       if (defined_[static_cast<size_t>(v)]) fail_graph(rt::str("value %", v, " is an input twice"));
       defined_[static_cast<size_t>(v)] = true;
       const Value& val = g_.values[static_cast<size_t>(v)];
       if (!val.strides.empty() && val.strides.size() != val.type.shape.size())
-        fail_graph(rt::str("input %", v, " has ", val.strides.size(), " strides for a rank-", val.type.rank(), " tensor"));
+        fail_graph(rt::str("input %", v, " has ", val.strides.size(), " strides for a rank-",
+                           val.type.rank(), " tensor"));
       for (int64_t s : val.type.shape)
         if (s < 0) fail_graph(rt::str("input %", v, " has a negative size"));
     }
@@ -31,16 +33,21 @@ class Verifier {
         fail_graph(rt::str("output #", i, " refers to %", v, " which is not defined"));
       const Value& val = g_.values[static_cast<size_t>(v)];
       if (!val.strides.empty() && val.strides.size() != val.type.shape.size())
-        fail_graph(rt::str("output %", v, " has ", val.strides.size(), " strides for a rank-", val.type.rank(), " tensor"));
+        fail_graph(rt::str("output %", v, " has ", val.strides.size(), " strides for a rank-",
+                           val.type.rank(), " tensor"));
     }
     for (const Mutation& m : g_.mutations) {
       if (m.input_index < 0 || static_cast<size_t>(m.input_index) >= g_.inputs.size())
-        fail_graph(rt::str("mutation of input #", m.input_index, ": the graph has ", g_.inputs.size(), " inputs"));
-      if (m.value < 0 || static_cast<size_t>(m.value) >= nv || !defined_[static_cast<size_t>(m.value)])
-        fail_graph(rt::str("mutation of input #", m.input_index, " uses %", m.value, " which is not defined"));
+        fail_graph(rt::str("mutation of input #", m.input_index, ": the graph has ",
+                           g_.inputs.size(), " inputs"));
+      if (m.value < 0 || static_cast<size_t>(m.value) >= nv ||
+          !defined_[static_cast<size_t>(m.value)])
+        fail_graph(rt::str("mutation of input #", m.input_index, " uses %", m.value,
+                           " which is not defined"));
       const TensorType& want = g_.type(g_.inputs[static_cast<size_t>(m.input_index)]);
       if (g_.type(m.value) != want)
-        fail_graph(rt::str("mutation of input #", m.input_index, " (", want.str(), ") with %", m.value, " of type ", g_.type(m.value).str()));
+        fail_graph(rt::str("mutation of input #", m.input_index, " (", want.str(), ") with %",
+                           m.value, " of type ", g_.type(m.value).str()));
     }
   }
 
@@ -50,9 +57,13 @@ class Verifier {
     const size_t nv = g_.values.size();
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const int v = n.inputs[i];
-      if (v == -1 && (n.op == Op::index || n.op == Op::index_put) && i >= (n.op == Op::index ? 1u : 2u)) continue;
-      if (v < 0 || static_cast<size_t>(v) >= nv) fail(idx, rt::str("operand %", v, " does not exist"));
-      if (!defined_[static_cast<size_t>(v)]) fail(idx, rt::str("operand %", v, " is used before it is defined"));
+      if (v == -1 && (n.op == Op::index || n.op == Op::index_put) &&
+          i >= (n.op == Op::index ? 1u : 2u))
+        continue;
+      if (v < 0 || static_cast<size_t>(v) >= nv)
+        fail(idx, rt::str("operand %", v, " does not exist"));
+      if (!defined_[static_cast<size_t>(v)])
+        fail(idx, rt::str("operand %", v, " is used before it is defined"));
     }
     const OpInfo& info = op_info(n.op);
     if (info.outputs >= 0 && static_cast<int>(n.outputs.size()) != info.outputs)
@@ -60,7 +71,9 @@ class Verifier {
     if (is_body) {
       const OpKind k = info.kind;
       if (k == OpKind::Heavy || k == OpKind::Fused || k == OpKind::Custom || k == OpKind::Composite)
-        fail(idx, "is not allowed inside a fused body (only elementwise, reduction, view, cat and pad ops)");
+        fail(idx,
+             "is not allowed inside a fused body (only elementwise, reduction, view, cat and pad "
+             "ops)");
     }
     std::vector<TensorType> expect;
     try {
@@ -68,13 +81,17 @@ class Verifier {
     } catch (const VerifyError& e) {
       fail(idx, e.what());
     }
-    if (expect.size() != n.outputs.size()) fail(idx, rt::str("has ", n.outputs.size(), " results, its inputs give ", expect.size()));
+    if (expect.size() != n.outputs.size())
+      fail(idx, rt::str("has ", n.outputs.size(), " results, its inputs give ", expect.size()));
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       const int o = n.outputs[i];
-      if (o < 0 || static_cast<size_t>(o) >= nv) fail(idx, rt::str("result %", o, " does not exist"));
-      if (defined_[static_cast<size_t>(o)]) fail(idx, rt::str("result %", o, " is already defined"));
+      if (o < 0 || static_cast<size_t>(o) >= nv)
+        fail(idx, rt::str("result %", o, " does not exist"));
+      if (defined_[static_cast<size_t>(o)])
+        fail(idx, rt::str("result %", o, " is already defined"));
       if (g_.type(o) != expect[i])
-        fail(idx, rt::str("result %", o, " is declared ", g_.type(o).str(), " but the inputs give ", expect[i].str()));
+        fail(idx, rt::str("result %", o, " is declared ", g_.type(o).str(), " but the inputs give ",
+                          expect[i].str()));
       defined_[static_cast<size_t>(o)] = true;
     }
     if (n.body) {
@@ -94,7 +111,8 @@ class Verifier {
   }
   [[noreturn]] void fail_graph(const std::string& why) const { throw VerifyError(prefix() + why); }
   std::string prefix() const {
-    return rt::str("IR verifier", stage_.empty() ? "" : " (" + stage_ + ")", ": graph @", g_.name, ": ");
+    return rt::str("IR verifier", stage_.empty() ? "" : " (" + stage_ + ")", ": graph @", g_.name,
+                   ": ");
   }
 
   const Graph& g_;
@@ -104,8 +122,6 @@ class Verifier {
 
 }  // namespace
 
-void verify(const Graph& g, const std::string& stage) {
-  Verifier(g, stage).run(false);
-}
+void verify(const Graph& g, const std::string& stage) { Verifier(g, stage).run(false); }
 
 }  // namespace neuron::cc

@@ -40,15 +40,21 @@ thread_local Scratch tls_scratch;
 class RowRunner {
  public:
   RowRunner(const Kernel& k, char* const* bases, int64_t chunk)
-      : k_(k), L_(loops()), bases_(bases), ndim_(static_cast<int>(k.shape.size())),
-        n_outer_(ndim_ - k.n_inner), chunk_(std::max<int64_t>(chunk, 1)) {
+      : k_(k),
+        L_(loops()),
+        bases_(bases),
+        ndim_(static_cast<int>(k.shape.size())),
+        n_outer_(ndim_ - k.n_inner),
+        chunk_(std::max<int64_t>(chunk, 1)) {
     Scratch& s = tls_scratch;
     const size_t fv = static_cast<size_t>(k.nf_vec + 1) * static_cast<size_t>(chunk_);
     const size_t iv = static_cast<size_t>(k.ni_vec + 1) * static_cast<size_t>(chunk_);
     if (s.fv.size() < fv) s.fv.resize(fv);
     if (s.iv.size() < iv) s.iv.resize(iv);
-    if (s.fs.size() < static_cast<size_t>(k.nf_sc + 1)) s.fs.resize(static_cast<size_t>(k.nf_sc + 1));
-    if (s.is.size() < static_cast<size_t>(k.ni_sc + 1)) s.is.resize(static_cast<size_t>(k.ni_sc + 1));
+    if (s.fs.size() < static_cast<size_t>(k.nf_sc + 1))
+      s.fs.resize(static_cast<size_t>(k.nf_sc + 1));
+    if (s.is.size() < static_cast<size_t>(k.ni_sc + 1))
+      s.is.resize(static_cast<size_t>(k.ni_sc + 1));
     fv_ = s.fv.data();
     iv_ = s.iv.data();
     fs_ = s.fs.data();
@@ -94,8 +100,14 @@ class RowRunner {
     }
   }
 
-  float* F(uint16_t r) { return reg_is_scalar(r) ? fs_ + reg_index(r) : fv_ + static_cast<int64_t>(reg_index(r)) * chunk_; }
-  int64_t* I(uint16_t r) { return reg_is_scalar(r) ? is_ + reg_index(r) : iv_ + static_cast<int64_t>(reg_index(r)) * chunk_; }
+  float* F(uint16_t r) {
+    return reg_is_scalar(r) ? fs_ + reg_index(r)
+                            : fv_ + static_cast<int64_t>(reg_index(r)) * chunk_;
+  }
+  int64_t* I(uint16_t r) {
+    return reg_is_scalar(r) ? is_ + reg_index(r)
+                            : iv_ + static_cast<int64_t>(reg_index(r)) * chunk_;
+  }
   float* ftmp() { return fv_ + static_cast<int64_t>(k_.nf_vec) * chunk_; }
   int64_t* itmp() { return iv_ + static_cast<int64_t>(k_.ni_vec) * chunk_; }
 
@@ -122,7 +134,8 @@ class RowRunner {
       seg(pos, len, coord);
       pos += len;
       coord[k_.n_inner - 1] += len;
-      for (int d = k_.n_inner - 1; d > 0 && coord[d] >= k_.shape[static_cast<size_t>(n_outer_ + d)]; --d) {
+      for (int d = k_.n_inner - 1; d > 0 && coord[d] >= k_.shape[static_cast<size_t>(n_outer_ + d)];
+           --d) {
         coord[d] = 0;
         ++coord[d - 1];
       }
@@ -132,9 +145,11 @@ class RowRunner {
   // Element offset of an inner coordinate for an operand and whether the segment
   // [coord, coord+len) (innermost) is within the operand's masks: returns the valid
   // sub-range [v0, v1) of the segment.
-  void segment_info(const Operand& op, const int64_t* coord, int64_t len, int64_t* off, int64_t* v0, int64_t* v1) {
+  void segment_info(const Operand& op, const int64_t* coord, int64_t len, int64_t* off, int64_t* v0,
+                    int64_t* v1) {
     int64_t o = 0;
-    for (int d = 0; d < k_.n_inner; ++d) o += coord[d] * op.strides[static_cast<size_t>(n_outer_ + d)];
+    for (int d = 0; d < k_.n_inner; ++d)
+      o += coord[d] * op.strides[static_cast<size_t>(n_outer_ + d)];
     *off = o;
     int64_t a = 0, b = len;
     const int last = ndim_ - 1;
@@ -176,16 +191,25 @@ class RowRunner {
       }
       if (is_int) {
         int64_t* d = I(in.dst);
-        if (valid) L_.loadi[idt](d, p, esize_[o], 1); else d[0] = 0;
+        if (valid)
+          L_.loadi[idt](d, p, esize_[o], 1);
+        else
+          d[0] = 0;
       } else {
         float* d = F(in.dst);
-        if (valid) L_.load[idt](d, p, esize_[o], 1); else d[0] = 0.0f;
+        if (valid)
+          L_.load[idt](d, p, esize_[o], 1);
+        else
+          d[0] = 0.0f;
       }
       return;
     }
     const int64_t es = esize_[o];
     if (!row_valid_[o]) {
-      if (is_int) L_.ifill(I(in.dst), 0, n); else L_.fill(F(in.dst), 0.0f, n);
+      if (is_int)
+        L_.ifill(I(in.dst), 0, n);
+      else
+        L_.fill(F(in.dst), 0.0f, n);
       return;
     }
     const int64_t inner_stride = op.strides.back() * es;
@@ -216,9 +240,13 @@ class RowRunner {
     const bool scalar_src = reg_is_scalar(in.a);
     bool inner_broadcast = true;
     for (int d = n_outer_; d < ndim_; ++d)
-      if (op.strides[static_cast<size_t>(d)] != 0 && k_.shape[static_cast<size_t>(d)] != 1) inner_broadcast = false;
+      if (op.strides[static_cast<size_t>(d)] != 0 && k_.shape[static_cast<size_t>(d)] != 1)
+        inner_broadcast = false;
     if (inner_broadcast) {  // one element per row (a reduced output)
-      if (is_int) L_.storei[idt](row_base_[o], es, I(in.a), 1); else L_.store[idt](row_base_[o], es, F(in.a), 1);
+      if (is_int)
+        L_.storei[idt](row_base_[o], es, I(in.a), 1);
+      else
+        L_.store[idt](row_base_[o], es, F(in.a), 1);
       return;
     }
     const float* fsrc = nullptr;
@@ -239,7 +267,8 @@ class RowRunner {
     const int64_t inner_stride = op.strides.back() * es;
     segments(c0, n, [&](int64_t pos, int64_t len, const int64_t* coord) {
       int64_t off = 0;
-      for (int d = 0; d < k_.n_inner; ++d) off += coord[d] * op.strides[static_cast<size_t>(n_outer_ + d)];
+      for (int d = 0; d < k_.n_inner; ++d)
+        off += coord[d] * op.strides[static_cast<size_t>(n_outer_ + d)];
       char* p = row_base_[o] + off * es;
       if (is_int) {
         L_.storei[idt](p, inner_stride, isrc + pos, len);
@@ -271,13 +300,16 @@ class RowRunner {
     });
   }
 
-  static int mode2(uint16_t a, uint16_t b) { return (reg_is_scalar(a) ? 1 : 0) | (reg_is_scalar(b) ? 2 : 0); }
+  static int mode2(uint16_t a, uint16_t b) {
+    return (reg_is_scalar(a) ? 1 : 0) | (reg_is_scalar(b) ? 2 : 0);
+  }
 
   void check_divisor(const Instr& in, int64_t n) {
     const int64_t* b = I(in.b);
     const int64_t m = reg_is_scalar(in.b) ? 1 : n;
     for (int64_t i = 0; i < m; ++i)
-      if (b[i] == 0) throw ExecError(rt::str("fused kernel: integer division by zero (", opc_name(in.op), ")"));
+      if (b[i] == 0)
+        throw ExecError(rt::str("fused kernel: integer division by zero (", opc_name(in.op), ")"));
   }
 
   void exec(const std::vector<Instr>& code, int64_t c0, int64_t n) {
@@ -294,7 +326,8 @@ class RowRunner {
           L_.iunary[static_cast<int>(in.op)](I(in.dst), I(in.a), len);
           continue;
         case Cls::IB:
-          if (in.op == Opc::IFloorDiv || in.op == Opc::IRem || in.op == Opc::IFmod) check_divisor(in, n);
+          if (in.op == Opc::IFloorDiv || in.op == Opc::IRem || in.op == Opc::IFmod)
+            check_divisor(in, n);
           L_.ibinary[static_cast<int>(in.op)](I(in.dst), I(in.a), I(in.b), len, mode2(in.a, in.b));
           continue;
         case Cls::IC:
@@ -304,15 +337,27 @@ class RowRunner {
           break;
       }
       switch (in.op) {
-        case Opc::Load: load(in, c0, n); break;
-        case Opc::Store: store(in, c0, n); break;
+        case Opc::Load:
+          load(in, c0, n);
+          break;
+        case Opc::Store:
+          store(in, c0, n);
+          break;
         case Opc::Const:
-          if (reg_is_scalar(in.dst)) F(in.dst)[0] = static_cast<float>(in.imm); else L_.fill(F(in.dst), static_cast<float>(in.imm), len);
+          if (reg_is_scalar(in.dst))
+            F(in.dst)[0] = static_cast<float>(in.imm);
+          else
+            L_.fill(F(in.dst), static_cast<float>(in.imm), len);
           break;
         case Opc::IConst:
-          if (reg_is_scalar(in.dst)) I(in.dst)[0] = in.lo; else L_.ifill(I(in.dst), in.lo, len);
+          if (reg_is_scalar(in.dst))
+            I(in.dst)[0] = in.lo;
+          else
+            L_.ifill(I(in.dst), in.lo, len);
           break;
-        case Opc::Iota: iota(in, c0, n); break;
+        case Opc::Iota:
+          iota(in, c0, n);
+          break;
         case Opc::I2F:
           if (reg_is_scalar(in.a) && !reg_is_scalar(in.dst)) {
             L_.fill(F(in.dst), static_cast<float>(I(in.a)[0]), len);
@@ -330,12 +375,14 @@ class RowRunner {
           }
           break;
         case Opc::Where: {
-          const int mode = (reg_is_scalar(in.a) ? 1 : 0) | (reg_is_scalar(in.b) ? 2 : 0) | (reg_is_scalar(in.c) ? 4 : 0);
+          const int mode = (reg_is_scalar(in.a) ? 1 : 0) | (reg_is_scalar(in.b) ? 2 : 0) |
+                           (reg_is_scalar(in.c) ? 4 : 0);
           L_.where(F(in.dst), F(in.a), F(in.b), F(in.c), len, mode);
           break;
         }
         case Opc::IWhere: {
-          const int mode = (reg_is_scalar(in.a) ? 1 : 0) | (reg_is_scalar(in.b) ? 2 : 0) | (reg_is_scalar(in.c) ? 4 : 0);
+          const int mode = (reg_is_scalar(in.a) ? 1 : 0) | (reg_is_scalar(in.b) ? 2 : 0) |
+                           (reg_is_scalar(in.c) ? 4 : 0);
           L_.iwhere(I(in.dst), F(in.a), I(in.b), I(in.c), len, mode);
           break;
         }
@@ -356,7 +403,9 @@ class RowRunner {
         case Opc::RMax:
         case Opc::RMin: {
           float* acc = F(in.dst);
-          const float v = reg_is_scalar(in.a) ? F(in.a)[0] : (in.op == Opc::RMax ? L_.rmax(F(in.a), n) : L_.rmin(F(in.a), n));
+          const float v = reg_is_scalar(in.a)
+                              ? F(in.a)[0]
+                              : (in.op == Opc::RMax ? L_.rmax(F(in.a), n) : L_.rmin(F(in.a), n));
           float both[2] = {acc[0], v};
           acc[0] = in.op == Opc::RMax ? L_.rmax(both, 2) : L_.rmin(both, 2);
           break;
@@ -373,24 +422,31 @@ class RowRunner {
         }
         case Opc::IRSum: {
           int64_t* acc = I(in.dst);
-          const int64_t v = reg_is_scalar(in.a) ? static_cast<int64_t>(static_cast<uint64_t>(I(in.a)[0]) * static_cast<uint64_t>(n))
-                                                : L_.risum(I(in.a), n);
+          const int64_t v = reg_is_scalar(in.a)
+                                ? static_cast<int64_t>(static_cast<uint64_t>(I(in.a)[0]) *
+                                                       static_cast<uint64_t>(n))
+                                : L_.risum(I(in.a), n);
           acc[0] = static_cast<int64_t>(static_cast<uint64_t>(acc[0]) + static_cast<uint64_t>(v));
           break;
         }
         case Opc::IRMax:
         case Opc::IRMin: {
           int64_t* acc = I(in.dst);
-          const int64_t v = reg_is_scalar(in.a) ? I(in.a)[0] : (in.op == Opc::IRMax ? L_.rimax(I(in.a), n) : L_.rimin(I(in.a), n));
+          const int64_t v = reg_is_scalar(in.a) ? I(in.a)[0]
+                                                : (in.op == Opc::IRMax ? L_.rimax(I(in.a), n)
+                                                                       : L_.rimin(I(in.a), n));
           acc[0] = in.op == Opc::IRMax ? std::max(acc[0], v) : std::min(acc[0], v);
           break;
         }
         case Opc::IRProd: {
           int64_t* acc = I(in.dst);
           if (reg_is_scalar(in.a)) {
-            for (int64_t i = 0; i < n; ++i) acc[0] = static_cast<int64_t>(static_cast<uint64_t>(acc[0]) * static_cast<uint64_t>(I(in.a)[0]));
+            for (int64_t i = 0; i < n; ++i)
+              acc[0] = static_cast<int64_t>(static_cast<uint64_t>(acc[0]) *
+                                            static_cast<uint64_t>(I(in.a)[0]));
           } else {
-            acc[0] = static_cast<int64_t>(static_cast<uint64_t>(acc[0]) * static_cast<uint64_t>(L_.riprod(I(in.a), n)));
+            acc[0] = static_cast<int64_t>(static_cast<uint64_t>(acc[0]) *
+                                          static_cast<uint64_t>(L_.riprod(I(in.a), n)));
           }
           break;
         }
@@ -483,8 +539,11 @@ namespace {
 
 void check_reg(const Kernel& k, uint16_t r, const char* what) {
   const int idx = reg_index(r);
-  const int limit = reg_is_int(r) ? (reg_is_scalar(r) ? k.ni_sc : k.ni_vec) : (reg_is_scalar(r) ? k.nf_sc : k.nf_vec);
-  if (idx >= limit) throw NeffError(rt::str("fused kernel: ", what, " register ", idx, " out of range (", limit, ")"));
+  const int limit = reg_is_int(r) ? (reg_is_scalar(r) ? k.ni_sc : k.ni_vec)
+                                  : (reg_is_scalar(r) ? k.nf_sc : k.nf_vec);
+  if (idx >= limit)
+    throw NeffError(
+        rt::str("fused kernel: ", what, " register ", idx, " out of range (", limit, ")"));
 }
 
 void check_code(const Kernel& k, const std::vector<Instr>& code) {
@@ -492,60 +551,134 @@ void check_code(const Kernel& k, const std::vector<Instr>& code) {
     if (static_cast<int>(in.op) >= kNumOpc) throw NeffError("fused kernel: unknown opcode");
     const Cls c = cls_of(in.op);
     auto need_f = [&](uint16_t r, const char* w) {
-      if (reg_is_int(r)) throw NeffError(rt::str("fused kernel: ", opc_name(in.op), " ", w, " must be a float register"));
+      if (reg_is_int(r))
+        throw NeffError(
+            rt::str("fused kernel: ", opc_name(in.op), " ", w, " must be a float register"));
       check_reg(k, r, w);
     };
     auto need_i = [&](uint16_t r, const char* w) {
-      if (!reg_is_int(r)) throw NeffError(rt::str("fused kernel: ", opc_name(in.op), " ", w, " must be an int register"));
+      if (!reg_is_int(r))
+        throw NeffError(
+            rt::str("fused kernel: ", opc_name(in.op), " ", w, " must be an int register"));
       check_reg(k, r, w);
     };
     auto need_vec_ok = [&](uint16_t a) {  // a vector operand needs a vector destination
       if (!reg_is_scalar(a) && reg_is_scalar(in.dst))
-        throw NeffError(rt::str("fused kernel: ", opc_name(in.op), " writes a vector into a scalar register"));
+        throw NeffError(
+            rt::str("fused kernel: ", opc_name(in.op), " writes a vector into a scalar register"));
     };
     // Elementwise loops read `n` values of every vector operand: the destination is a vector
     // exactly when some operand is.
     auto same_kind = [&](bool any_vec) {
       if (any_vec == reg_is_scalar(in.dst))
-        throw NeffError(rt::str("fused kernel: ", opc_name(in.op), " mixes scalar and vector registers"));
+        throw NeffError(
+            rt::str("fused kernel: ", opc_name(in.op), " mixes scalar and vector registers"));
     };
     const bool va = !reg_is_scalar(in.a), vb = !reg_is_scalar(in.b);
     switch (c) {
-      case Cls::FU: need_f(in.dst, "dst"); need_f(in.a, "a"); same_kind(va); continue;
-      case Cls::FB: need_f(in.dst, "dst"); need_f(in.a, "a"); need_f(in.b, "b"); same_kind(va || vb); continue;
-      case Cls::IU: need_i(in.dst, "dst"); need_i(in.a, "a"); same_kind(va); continue;
-      case Cls::IB: need_i(in.dst, "dst"); need_i(in.a, "a"); need_i(in.b, "b"); same_kind(va || vb); continue;
-      case Cls::IC: need_f(in.dst, "dst"); need_i(in.a, "a"); need_i(in.b, "b"); same_kind(va || vb); continue;
-      case Cls::X: break;
+      case Cls::FU:
+        need_f(in.dst, "dst");
+        need_f(in.a, "a");
+        same_kind(va);
+        continue;
+      case Cls::FB:
+        need_f(in.dst, "dst");
+        need_f(in.a, "a");
+        need_f(in.b, "b");
+        same_kind(va || vb);
+        continue;
+      case Cls::IU:
+        need_i(in.dst, "dst");
+        need_i(in.a, "a");
+        same_kind(va);
+        continue;
+      case Cls::IB:
+        need_i(in.dst, "dst");
+        need_i(in.a, "a");
+        need_i(in.b, "b");
+        same_kind(va || vb);
+        continue;
+      case Cls::IC:
+        need_f(in.dst, "dst");
+        need_i(in.a, "a");
+        need_i(in.b, "b");
+        same_kind(va || vb);
+        continue;
+      case Cls::X:
+        break;
     }
     switch (in.op) {
       case Opc::Load:
       case Opc::Store: {
-        if (in.aux < 0 || static_cast<size_t>(in.aux) >= k.operands.size()) throw NeffError("fused kernel: operand index out of range");
+        if (in.aux < 0 || static_cast<size_t>(in.aux) >= k.operands.size())
+          throw NeffError("fused kernel: operand index out of range");
         check_reg(k, in.op == Opc::Load ? in.dst : in.a, "load/store");
         break;
       }
-      case Opc::Const: need_f(in.dst, "dst"); break;
-      case Opc::IConst: need_i(in.dst, "dst"); break;
+      case Opc::Const:
+        need_f(in.dst, "dst");
+        break;
+      case Opc::IConst:
+        need_i(in.dst, "dst");
+        break;
       case Opc::Iota:
         need_i(in.dst, "dst");
-        if (in.aux < 0 || static_cast<size_t>(in.aux) >= k.shape.size()) throw NeffError("fused kernel: iota dim out of range");
+        if (in.aux < 0 || static_cast<size_t>(in.aux) >= k.shape.size())
+          throw NeffError("fused kernel: iota dim out of range");
         break;
-      case Opc::I2F: need_f(in.dst, "dst"); need_i(in.a, "a"); need_vec_ok(in.a); break;
-      case Opc::F2I: need_i(in.dst, "dst"); need_f(in.a, "a"); need_vec_ok(in.a); break;
-      case Opc::Where: need_f(in.dst, "dst"); need_f(in.a, "c"); need_f(in.b, "a"); need_f(in.c, "b"); need_vec_ok(in.a); need_vec_ok(in.b); need_vec_ok(in.c); break;
-      case Opc::IWhere: need_i(in.dst, "dst"); need_f(in.a, "c"); need_i(in.b, "a"); need_i(in.c, "b"); need_vec_ok(in.a); need_vec_ok(in.b); need_vec_ok(in.c); break;
-      case Opc::RSum: case Opc::RMax: case Opc::RMin: case Opc::RProd:
-        need_f(in.dst, "acc"); need_f(in.a, "a");
-        if (!reg_is_scalar(in.dst)) throw NeffError("fused kernel: reduction accumulator must be scalar");
+      case Opc::I2F:
+        need_f(in.dst, "dst");
+        need_i(in.a, "a");
+        need_vec_ok(in.a);
         break;
-      case Opc::RArgMax: case Opc::RArgMin:
-        need_i(in.dst, "index"); need_f(in.b, "best"); need_f(in.a, "a");
-        if (!reg_is_scalar(in.dst) || !reg_is_scalar(in.b)) throw NeffError("fused kernel: argmax state must be scalar");
+      case Opc::F2I:
+        need_i(in.dst, "dst");
+        need_f(in.a, "a");
+        need_vec_ok(in.a);
         break;
-      case Opc::IRSum: case Opc::IRMax: case Opc::IRMin: case Opc::IRProd:
-        need_i(in.dst, "acc"); need_i(in.a, "a");
-        if (!reg_is_scalar(in.dst)) throw NeffError("fused kernel: reduction accumulator must be scalar");
+      case Opc::Where:
+        need_f(in.dst, "dst");
+        need_f(in.a, "c");
+        need_f(in.b, "a");
+        need_f(in.c, "b");
+        need_vec_ok(in.a);
+        need_vec_ok(in.b);
+        need_vec_ok(in.c);
+        break;
+      case Opc::IWhere:
+        need_i(in.dst, "dst");
+        need_f(in.a, "c");
+        need_i(in.b, "a");
+        need_i(in.c, "b");
+        need_vec_ok(in.a);
+        need_vec_ok(in.b);
+        need_vec_ok(in.c);
+        break;
+      case Opc::RSum:
+      case Opc::RMax:
+      case Opc::RMin:
+      case Opc::RProd:
+        need_f(in.dst, "acc");
+        need_f(in.a, "a");
+        if (!reg_is_scalar(in.dst))
+          throw NeffError("fused kernel: reduction accumulator must be scalar");
+        break;
+      case Opc::RArgMax:
+      case Opc::RArgMin:
+        need_i(in.dst, "index");
+        need_f(in.b, "best");
+        need_f(in.a, "a");
+        if (!reg_is_scalar(in.dst) || !reg_is_scalar(in.b))
+          throw NeffError("fused kernel: argmax state must be scalar");
+        break;
+      case Opc::IRSum:
+      case Opc::IRMax:
+      case Opc::IRMin:
+      case Opc::IRProd:
+        need_i(in.dst, "acc");
+        need_i(in.a, "a");
+        if (!reg_is_scalar(in.dst))
+          throw NeffError("fused kernel: reduction accumulator must be scalar");
         break;
       default:
         throw NeffError(rt::str("fused kernel: unexpected opcode ", opc_name(in.op)));
@@ -591,22 +724,33 @@ std::string reg_str(uint16_t r) {
   return rt::str(reg_is_int(r) ? "i" : "f", reg_is_scalar(r) ? "s" : "v", reg_index(r));
 }
 
-void dis_code(std::ostringstream& os, const char* label, const std::vector<Instr>& code, const std::string& pad) {
+void dis_code(std::ostringstream& os, const char* label, const std::vector<Instr>& code,
+              const std::string& pad) {
   if (code.empty()) return;
   os << pad << label << ":\n";
   for (const Instr& in : code) {
     os << pad << "  " << opc_name(in.op) << " ";
     switch (in.op) {
-      case Opc::Load: os << reg_str(in.dst) << ", op" << in.aux; break;
-      case Opc::Store: os << "op" << in.aux << ", " << reg_str(in.a); break;
-      case Opc::Const: os << reg_str(in.dst) << ", " << in.imm; break;
-      case Opc::IConst: os << reg_str(in.dst) << ", " << in.lo; break;
-      case Opc::Iota: os << reg_str(in.dst) << ", dim " << in.aux << ", start " << in.lo << ", step " << in.hi; break;
+      case Opc::Load:
+        os << reg_str(in.dst) << ", op" << in.aux;
+        break;
+      case Opc::Store:
+        os << "op" << in.aux << ", " << reg_str(in.a);
+        break;
+      case Opc::Const:
+        os << reg_str(in.dst) << ", " << in.imm;
+        break;
+      case Opc::IConst:
+        os << reg_str(in.dst) << ", " << in.lo;
+        break;
+      case Opc::Iota:
+        os << reg_str(in.dst) << ", dim " << in.aux << ", start " << in.lo << ", step " << in.hi;
+        break;
       default: {
         os << reg_str(in.dst) << ", " << reg_str(in.a);
         const Cls c = cls_of(in.op);
-        if (c == Cls::FB || c == Cls::IB || c == Cls::IC || in.op == Opc::RArgMax || in.op == Opc::RArgMin ||
-            in.op == Opc::Where || in.op == Opc::IWhere)
+        if (c == Cls::FB || c == Cls::IB || c == Cls::IC || in.op == Opc::RArgMax ||
+            in.op == Opc::RArgMin || in.op == Opc::Where || in.op == Opc::IWhere)
           os << ", " << reg_str(in.b);
         if (in.op == Opc::Where || in.op == Opc::IWhere) os << ", " << reg_str(in.c);
       }
@@ -624,13 +768,17 @@ void validate(const Kernel& k) {
   for (int64_t s : k.shape)
     if (s < 0) throw NeffError("fused kernel: negative domain size");
   if (k.chunk < 1) throw NeffError("fused kernel: chunk must be positive");
-  if (k.nf_vec < 0 || k.ni_vec < 0 || k.nf_sc < 0 || k.ni_sc < 0 || k.nf_vec > 4096 || k.ni_vec > 4096)
+  if (k.nf_vec < 0 || k.ni_vec < 0 || k.nf_sc < 0 || k.ni_sc < 0 || k.nf_vec > 4096 ||
+      k.ni_vec > 4096)
     throw NeffError("fused kernel: bad register counts");
   for (const Operand& op : k.operands) {
-    if (op.strides.size() != nd) throw NeffError("fused kernel: operand strides do not match the domain rank");
-    if (static_cast<int>(op.dtype) >= kNumDTypes) throw NeffError("fused kernel: bad operand dtype");
+    if (op.strides.size() != nd)
+      throw NeffError("fused kernel: operand strides do not match the domain rank");
+    if (static_cast<int>(op.dtype) >= kNumDTypes)
+      throw NeffError("fused kernel: bad operand dtype");
     for (const Mask& m : op.masks)
-      if (m.dim < 0 || static_cast<size_t>(m.dim) >= nd) throw NeffError("fused kernel: mask dim out of range");
+      if (m.dim < 0 || static_cast<size_t>(m.dim) >= nd)
+        throw NeffError("fused kernel: mask dim out of range");
   }
   check_code(k, k.pre);
   check_code(k, k.body);
@@ -703,15 +851,16 @@ std::string disassemble(const Kernel& k, int indent) {
   const std::string pad(static_cast<size_t>(indent), ' ');
   os << pad << "domain [";
   for (size_t i = 0; i < k.shape.size(); ++i) os << (i ? "," : "") << k.shape[i];
-  os << "] inner " << k.n_inner << (k.full_row ? " full-row" : "") << " chunk " << k.chunk << " regs f" << k.nf_vec << "/"
-     << k.nf_sc << " i" << k.ni_vec << "/" << k.ni_sc << "\n";
+  os << "] inner " << k.n_inner << (k.full_row ? " full-row" : "") << " chunk " << k.chunk
+     << " regs f" << k.nf_vec << "/" << k.nf_sc << " i" << k.ni_vec << "/" << k.ni_sc << "\n";
   for (size_t i = 0; i < k.operands.size(); ++i) {
     const Operand& op = k.operands[i];
     os << pad << "  op" << i << ": " << kernels::dtype_name(op.dtype) << " strides [";
     for (size_t d = 0; d < op.strides.size(); ++d) os << (d ? "," : "") << op.strides[d];
     os << "]";
     if (op.offset) os << " offset " << op.offset;
-    for (const Mask& m : op.masks) os << " mask(dim " << m.dim << ": " << m.lo << ".." << m.hi << ")";
+    for (const Mask& m : op.masks)
+      os << " mask(dim " << m.dim << ": " << m.lo << ".." << m.hi << ")";
     os << "\n";
   }
   dis_code(os, "pre", k.pre, pad);

@@ -35,7 +35,8 @@ inline bool reg_is_int(uint16_t r) { return (r & kIntReg) != 0; }
 inline bool reg_is_scalar(uint16_t r) { return (r & kScalarReg) != 0; }
 inline uint16_t reg_index(uint16_t r) { return r & kRegIndexMask; }
 inline uint16_t make_reg(bool is_int, bool scalar, int index) {
-  return static_cast<uint16_t>((is_int ? kIntReg : 0) | (scalar ? kScalarReg : 0) | (index & kRegIndexMask));
+  return static_cast<uint16_t>((is_int ? kIntReg : 0) | (scalar ? kScalarReg : 0) |
+                               (index & kRegIndexMask));
 }
 
 struct Instr {
@@ -67,9 +68,9 @@ struct Kernel {
   bool full_row = false;       // run each row as one chunk (vector ops use reduction results)
   int64_t chunk = 2048;        // elements per chunk otherwise
   std::vector<Operand> operands;
-  std::vector<Instr> pre;      // once per row, before the chunks (reduction init)
-  std::vector<Instr> body;     // per chunk
-  std::vector<Instr> post;     // once per row, after the chunks (finalize, scalar stores)
+  std::vector<Instr> pre;   // once per row, before the chunks (reduction init)
+  std::vector<Instr> body;  // per chunk
+  std::vector<Instr> post;  // once per row, after the chunks (finalize, scalar stores)
   int nf_vec = 0, ni_vec = 0, nf_sc = 0, ni_sc = 0;
 
   int64_t rows() const;

@@ -33,8 +33,10 @@ struct LoopTable {
   IUnaryFn iunary[kMaxOpc] = {};
   IBinaryFn ibinary[kMaxOpc] = {};
   ICmpFn icmp[kMaxOpc] = {};
-  void (*where)(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) = nullptr;
-  void (*iwhere)(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n, int mode) = nullptr;
+  void (*where)(float* d, const float* c, const float* a, const float* b, int64_t n,
+                int mode) = nullptr;
+  void (*iwhere)(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n,
+                 int mode) = nullptr;
   void (*i2f)(float* d, const int64_t* a, int64_t n) = nullptr;
   void (*f2i)(int64_t* d, const float* a, int64_t n) = nullptr;
   float (*rsum)(const float* a, int64_t n) = nullptr;
@@ -57,12 +59,13 @@ struct LoopTable {
   // Dense helpers for GEMV and attention.
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float* y, float a, const float* x, int64_t n) = nullptr;  // y += a * x
-  void (*scale)(float* y, float a, int64_t n) = nullptr;                  // y *= a
+  void (*scale)(float* y, float a, int64_t n) = nullptr;                 // y *= a
   // y[j] = sum_k x[r][k] * W[j][k] for rows r < m (m <= 8), j in [j0, j1); W rows of
   // `wdtype` (f32/bf16/f16) with row stride ldw elements; x fp32 rows of k with stride ldx;
   // y fp32 rows with stride ldy.
-  void (*gemv_rows)(const float* x, int64_t m, int64_t ldx, const void* w, kernels::DType wdtype, int64_t ldw,
-                    int64_t k, float* y, int64_t ldy, int64_t j0, int64_t j1) = nullptr;
+  void (*gemv_rows)(const float* x, int64_t m, int64_t ldx, const void* w, kernels::DType wdtype,
+                    int64_t ldw, int64_t k, float* y, int64_t ldy, int64_t j0,
+                    int64_t j1) = nullptr;
 };
 
 // The table for the running CPU (AVX2+FMA+F16C when available); NEURON_EMU_DISABLE_SIMD=1
@@ -231,7 +234,8 @@ inline void sincos_core(float x, float* s_out, float* c_out) {
   int32_t j = static_cast<int32_t>(ax * 1.27323954473516f);
   j = (j + 1) & ~1;
   const float y = static_cast<float>(j);
-  const float r = ((ax - y * 0.78515625f) - y * 2.4187564849853515625e-4f) - y * 3.77489497744594108e-8f;
+  const float r =
+      ((ax - y * 0.78515625f) - y * 2.4187564849853515625e-4f) - y * 3.77489497744594108e-8f;
   const float z = r * r;
   float ps = -1.9515295891e-4f;
   ps = ps * z + 8.3321608736e-3f;
@@ -321,24 +325,45 @@ inline void icmp_loop(float* d, const int64_t* a, const int64_t* b, int64_t n, i
 }
 
 // libm fallback for rarely used functions (correct, not vectorized).
-#define VM_LIBM(name, expr) \
-  void name(float* d, const float* a, int64_t n) { for (int64_t i = 0; i < n; ++i) { const float x = a[i]; d[i] = (expr); } }
+#define VM_LIBM(name, expr)                        \
+  void name(float* d, const float* a, int64_t n) { \
+    for (int64_t i = 0; i < n; ++i) {              \
+      const float x = a[i];                        \
+      d[i] = (expr);                               \
+    }                                              \
+  }
 
 void u_copy(float* d, const float* a, int64_t n) {
   if (d != a) std::memmove(d, a, static_cast<size_t>(n) * sizeof(float));
 }
-void u_neg(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return -x; }); }
-void u_abs(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::fabs(x); }); }
+void u_neg(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return -x; });
+}
+void u_abs(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::fabs(x); });
+}
 void u_exp(float* d, const float* a, int64_t n) { un_loop(d, a, n, exp_f); }
-void u_exp2(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return exp_f(x * 0.693147180559945f); }); }
+void u_exp2(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return exp_f(x * 0.693147180559945f); });
+}
 VM_LIBM(u_expm1, std::expm1(x))
 void u_log(float* d, const float* a, int64_t n) { un_loop(d, a, n, log_f); }
-void u_log2(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return log_f(x) * 1.44269504088896f; }); }
-void u_log10(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return log_f(x) * 0.434294481903252f; }); }
+void u_log2(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return log_f(x) * 1.44269504088896f; });
+}
+void u_log10(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return log_f(x) * 0.434294481903252f; });
+}
 VM_LIBM(u_log1p, std::log1p(x))
-void u_sqrt(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::sqrt(x); }); }
-void u_rsqrt(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return 1.0f / std::sqrt(x); }); }
-void u_recip(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return 1.0f / x; }); }
+void u_sqrt(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::sqrt(x); });
+}
+void u_rsqrt(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return 1.0f / std::sqrt(x); });
+}
+void u_recip(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return 1.0f / x; });
+}
 void u_sin(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, sin_f);
   for (int64_t i = 0; i < n; ++i)
@@ -360,7 +385,9 @@ VM_LIBM(u_asinh, std::asinh(x))
 VM_LIBM(u_acosh, std::acosh(x))
 VM_LIBM(u_atanh, std::atanh(x))
 void u_sigmoid(float* d, const float* a, int64_t n) { un_loop(d, a, n, sigmoid_f); }
-void u_relu(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; }); }
+void u_relu(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; });
+}
 void u_gelu(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return 0.5f * x * (1.0f + erf_f(x * 0.70710678118654752f)); });
 }
@@ -369,22 +396,41 @@ void u_gelu_tanh(float* d, const float* a, int64_t n) {
     return 0.5f * x * (1.0f + tanh_f(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   });
 }
-void u_silu(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return x / (1.0f + exp_f(-x)); }); }
+void u_silu(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x / (1.0f + exp_f(-x)); });
+}
 void u_erf(float* d, const float* a, int64_t n) { un_loop(d, a, n, erf_f); }
 void u_erfc(float* d, const float* a, int64_t n) { un_loop(d, a, n, erfc_f); }
-void u_floor(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::floor(x); }); }
-void u_ceil(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::ceil(x); }); }
-void u_round(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::nearbyint(x); }); }
-void u_trunc(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return std::trunc(x); }); }
+void u_floor(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::floor(x); });
+}
+void u_ceil(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::ceil(x); });
+}
+void u_round(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::nearbyint(x); });
+}
+void u_trunc(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::trunc(x); });
+}
 void u_sign(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)); });
+  un_loop(d, a, n,
+          [](float x) { return x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)); });
 }
-void u_not(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return x == 0.0f ? 1.0f : 0.0f; }); }
-void u_isnan(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return x != x ? 1.0f : 0.0f; }); }
+void u_not(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x == 0.0f ? 1.0f : 0.0f; });
+}
+void u_isnan(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x != x ? 1.0f : 0.0f; });
+}
 void u_isinf(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return std::fabs(x) == std::numeric_limits<float>::infinity() ? 1.0f : 0.0f; });
+  un_loop(d, a, n, [](float x) {
+    return std::fabs(x) == std::numeric_limits<float>::infinity() ? 1.0f : 0.0f;
+  });
 }
-void u_tobool(float* d, const float* a, int64_t n) { un_loop(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; }); }
+void u_tobool(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
+}
 void u_round_bf16(float* d, const float* a, int64_t n) { un_loop(d, a, n, bf16_round); }
 void u_round_f16(float* d, const float* a, int64_t n) {
 #if defined(__AVX2__)
@@ -417,11 +463,13 @@ inline float rem_f(float a, float b) {
   return m;
 }
 
-#define VM_BIN(name, expr) \
-  void name(float* d, const float* a, const float* b, int64_t n, int mode) { bin_loop(d, a, b, n, mode, [](float x, float y) { return (expr); }); }
+#define VM_BIN(name, expr)                                                   \
+  void name(float* d, const float* a, const float* b, int64_t n, int mode) { \
+    bin_loop(d, a, b, n, mode, [](float x, float y) { return (expr); });     \
+  }
 VM_BIN(b_add, x + y)
 VM_BIN(b_sub, x - y)
-VM_BIN(b_mul, x * y)
+VM_BIN(b_mul, x* y)
 VM_BIN(b_div, x / y)
 VM_BIN(b_floordiv, floordiv_f(x, y))
 VM_BIN(b_rem, rem_f(x, y))
@@ -447,14 +495,25 @@ void iu_neg(int64_t* d, const int64_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = static_cast<int64_t>(0ull - static_cast<uint64_t>(a[i]));
 }
 void iu_abs(int64_t* d, const int64_t* a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = a[i] < 0 ? static_cast<int64_t>(0ull - static_cast<uint64_t>(a[i])) : a[i];
+  for (int64_t i = 0; i < n; ++i)
+    d[i] = a[i] < 0 ? static_cast<int64_t>(0ull - static_cast<uint64_t>(a[i])) : a[i];
 }
-void iu_bitnot(int64_t* d, const int64_t* a, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = ~a[i]; }
-void iu_sign(int64_t* d, const int64_t* a, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = (a[i] > 0) - (a[i] < 0); }
+void iu_bitnot(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = ~a[i];
+}
+void iu_sign(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = (a[i] > 0) - (a[i] < 0);
+}
 
-inline int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
-inline int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
-inline int64_t wrap_mul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+inline int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
 // Division by zero is checked by the VM before these run.
 inline int64_t ifloordiv(int64_t a, int64_t b) {
   if (b == -1) return wrap_sub(0, a);
@@ -470,8 +529,10 @@ inline int64_t irem(int64_t a, int64_t b) {
 }
 inline int64_t ifmod(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
 
-#define VM_IBIN(name, expr) \
-  void name(int64_t* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { ibin_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); }); }
+#define VM_IBIN(name, expr)                                                        \
+  void name(int64_t* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { \
+    ibin_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); });      \
+  }
 VM_IBIN(ib_add, wrap_add(x, y))
 VM_IBIN(ib_sub, wrap_sub(x, y))
 VM_IBIN(ib_mul, wrap_mul(x, y))
@@ -480,12 +541,14 @@ VM_IBIN(ib_rem, irem(x, y))
 VM_IBIN(ib_fmod, ifmod(x, y))
 VM_IBIN(ib_max, x > y ? x : y)
 VM_IBIN(ib_min, x < y ? x : y)
-VM_IBIN(ib_and, x & y)
+VM_IBIN(ib_and, x& y)
 VM_IBIN(ib_or, x | y)
 VM_IBIN(ib_xor, x ^ y)
 
-#define VM_ICMP(name, expr) \
-  void name(float* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { icmp_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); }); }
+#define VM_ICMP(name, expr)                                                      \
+  void name(float* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { \
+    icmp_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); });    \
+  }
 VM_ICMP(ic_eq, x == y)
 VM_ICMP(ic_ne, x != y)
 VM_ICMP(ic_lt, x < y)
@@ -505,13 +568,16 @@ void where_i(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int
   const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
   for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
 }
-void i2f(float* d, const int64_t* a, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(a[i]); }
+void i2f(float* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(a[i]);
+}
 void f2i(int64_t* d, const float* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = a[i];
-    d[i] = x != x ? 0 : x >= 9.2233720e18f ? std::numeric_limits<int64_t>::max()
-                        : x <= -9.2233720e18f ? std::numeric_limits<int64_t>::min()
-                                               : static_cast<int64_t>(x);
+    d[i] = x != x                ? 0
+           : x >= 9.2233720e18f  ? std::numeric_limits<int64_t>::max()
+           : x <= -9.2233720e18f ? std::numeric_limits<int64_t>::min()
+                                 : static_cast<int64_t>(x);
   }
 }
 
@@ -519,7 +585,8 @@ void f2i(int64_t* d, const float* a, int64_t n) {
 
 float r_sum(const float* a, int64_t n) {
 #if defined(__AVX2__)
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+         s3 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
@@ -661,7 +728,8 @@ void load_t(float* d, const char* p, int64_t stride, int64_t n) {
       const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
       int64_t i = 0;
       for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + i))));
+        _mm256_storeu_ps(d + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + i))));
       for (; i < n; ++i) d[i] = kernels::f16_to_f32(u[i]);
 #else
       for (int64_t i = 0; i < n; ++i) d[i] = to_f(s[i]);
@@ -746,7 +814,8 @@ void store_t(char* p, int64_t stride, const float* s, int64_t n) {
       uint16_t* u = reinterpret_cast<uint16_t*>(p);
       int64_t i = 0;
       for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(u + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(u + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
       for (; i < n; ++i) u[i] = kernels::f32_to_f16(s[i]);
       return;
 #endif
@@ -773,8 +842,12 @@ void storei_t(char* p, int64_t stride, const int64_t* s, int64_t n) {
   }
 }
 
-void fill_f(float* d, float v, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = v; }
-void fill_i(int64_t* d, int64_t v, int64_t n) { for (int64_t i = 0; i < n; ++i) d[i] = v; }
+void fill_f(float* d, float v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+}
+void fill_i(int64_t* d, int64_t v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+}
 
 // ---- dense helpers ----
 
@@ -786,7 +859,8 @@ float dot_f(const float* a, const float* b, int64_t n) {
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
   float t[8];
   _mm256_storeu_ps(t, _mm256_add_ps(s0, s1));
   float r = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
@@ -802,15 +876,21 @@ float dot_f(const float* a, const float* b, int64_t n) {
   return r;
 #endif
 }
-void axpy_f(float* y, float a, const float* x, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] += a * x[i]; }
-void scale_f(float* y, float a, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] *= a; }
+void axpy_f(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void scale_f(float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
 
 #if defined(__AVX2__)
 inline __m256 load8_bf16(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline __m256 load8_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline float hsum8(__m256 v) {
   const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
   __m128 s = _mm_add_ps(lo, hi);
@@ -821,8 +901,8 @@ inline float hsum8(__m256 v) {
 
 // Four weight rows at a time against up to M input rows: 4*M independent FMA chains.
 template <int M, int Kind>  // Kind: 0 f32, 1 bf16, 2 f16
-void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, float* y, int64_t ldy,
-                int64_t j0, int64_t j1) {
+void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, float* y,
+                int64_t ldy, int64_t j0, int64_t j1) {
   auto load8 = [](const void* base, int64_t off) -> __m256 {
     if constexpr (Kind == 0) return _mm256_loadu_ps(static_cast<const float*>(base) + off);
     if constexpr (Kind == 1) return load8_bf16(static_cast<const uint16_t*>(base) + off);
@@ -830,7 +910,8 @@ void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t
   };
   auto load1 = [](const void* base, int64_t off) -> float {
     if constexpr (Kind == 0) return static_cast<const float*>(base)[off];
-    if constexpr (Kind == 1) return as_f(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[off]) << 16);
+    if constexpr (Kind == 1)
+      return as_f(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[off]) << 16);
     return kernels::f16_to_f32(static_cast<const uint16_t*>(base)[off]);
   };
   const int64_t k8 = k & ~int64_t{7};
@@ -862,7 +943,8 @@ void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t
     for (int r = 0; r < M; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t kk = 0; kk < k8; kk += 8) {
       const __m256 w0 = load8(w, j * ldw + kk);
-      for (int r = 0; r < M; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + kk), w0, acc[r]);
+      for (int r = 0; r < M; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + kk), w0, acc[r]);
     }
     for (int r = 0; r < M; ++r) {
       float s = hsum8(acc[r]);
@@ -873,21 +955,29 @@ void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t
 }
 
 template <int Kind>
-void gemv_dispatch_m(const float* x, int64_t m, int64_t ldx, const void* w, int64_t ldw, int64_t k, float* y,
-                     int64_t ldy, int64_t j0, int64_t j1) {
+void gemv_dispatch_m(const float* x, int64_t m, int64_t ldx, const void* w, int64_t ldw, int64_t k,
+                     float* y, int64_t ldy, int64_t j0, int64_t j1) {
   int64_t r = 0;
-  for (; r + 4 <= m; r += 4) gemv_block<4, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+  for (; r + 4 <= m; r += 4)
+    gemv_block<4, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
   switch (m - r) {
-    case 3: gemv_block<3, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1); break;
-    case 2: gemv_block<2, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1); break;
-    case 1: gemv_block<1, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1); break;
-    default: break;
+    case 3:
+      gemv_block<3, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    case 2:
+      gemv_block<2, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    case 1:
+      gemv_block<1, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    default:
+      break;
   }
 }
 #endif
 
-void gemv_rows_impl(const float* x, int64_t m, int64_t ldx, const void* w, DType wdt, int64_t ldw, int64_t k,
-                    float* y, int64_t ldy, int64_t j0, int64_t j1) {
+void gemv_rows_impl(const float* x, int64_t m, int64_t ldx, const void* w, DType wdt, int64_t ldw,
+                    int64_t k, float* y, int64_t ldy, int64_t j0, int64_t j1) {
 #if defined(__AVX2__)
   if (wdt == DType::Float32) return gemv_dispatch_m<0>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
   if (wdt == DType::BFloat16) return gemv_dispatch_m<1>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
@@ -899,7 +989,8 @@ void gemv_rows_impl(const float* x, int64_t m, int64_t ldx, const void* w, DType
       float acc = 0.0f;
       for (int64_t k0 = 0; k0 < k; k0 += 256) {
         const int64_t len = k - k0 < 256 ? k - k0 : 256;
-        const char* wp = static_cast<const char*>(w) + (j * ldw + k0) * static_cast<int64_t>(kernels::element_size(wdt));
+        const char* wp = static_cast<const char*>(w) +
+                         (j * ldw + k0) * static_cast<int64_t>(kernels::element_size(wdt));
         if (wdt == DType::Float32) {
           load_t<float>(row, wp, 4, len);
         } else if (wdt == DType::BFloat16) {
@@ -919,48 +1010,123 @@ LoopTable make_table(const char* isa) {
   t.isa = isa;
   auto U = [&](Opc o, UnaryFn f) { t.funary[static_cast<int>(o)] = f; };
   auto B = [&](Opc o, BinaryFn f) { t.fbinary[static_cast<int>(o)] = f; };
-  U(Opc::Copy, u_copy); U(Opc::Neg, u_neg); U(Opc::Abs, u_abs); U(Opc::Exp, u_exp); U(Opc::Exp2, u_exp2);
-  U(Opc::Expm1, u_expm1); U(Opc::Log, u_log); U(Opc::Log2, u_log2); U(Opc::Log10, u_log10); U(Opc::Log1p, u_log1p);
-  U(Opc::Sqrt, u_sqrt); U(Opc::Rsqrt, u_rsqrt); U(Opc::Recip, u_recip); U(Opc::Sin, u_sin); U(Opc::Cos, u_cos);
-  U(Opc::Tan, u_tan); U(Opc::Asin, u_asin); U(Opc::Acos, u_acos); U(Opc::Atan, u_atan); U(Opc::Sinh, u_sinh);
-  U(Opc::Cosh, u_cosh); U(Opc::Tanh, u_tanh); U(Opc::Asinh, u_asinh); U(Opc::Acosh, u_acosh); U(Opc::Atanh, u_atanh);
-  U(Opc::Sigmoid, u_sigmoid); U(Opc::Relu, u_relu); U(Opc::Gelu, u_gelu); U(Opc::GeluTanh, u_gelu_tanh);
-  U(Opc::Silu, u_silu); U(Opc::Erf, u_erf); U(Opc::Erfc, u_erfc); U(Opc::Floor, u_floor); U(Opc::Ceil, u_ceil);
-  U(Opc::Round, u_round); U(Opc::Trunc, u_trunc); U(Opc::Sign, u_sign); U(Opc::Not, u_not); U(Opc::IsNan, u_isnan);
-  U(Opc::IsInf, u_isinf); U(Opc::ToBool, u_tobool); U(Opc::RoundBF16, u_round_bf16); U(Opc::RoundF16, u_round_f16);
-  U(Opc::RoundF8E4M3, u_round_f8e4m3); U(Opc::RoundF8E5M2, u_round_f8e5m2);
-  B(Opc::Add, b_add); B(Opc::Sub, b_sub); B(Opc::Mul, b_mul); B(Opc::Div, b_div); B(Opc::FloorDiv, b_floordiv);
-  B(Opc::Rem, b_rem); B(Opc::Fmod, b_fmod); B(Opc::Pow, b_pow); B(Opc::Max, b_max); B(Opc::Min, b_min);
-  B(Opc::Atan2, b_atan2); B(Opc::Eq, b_eq); B(Opc::Ne, b_ne); B(Opc::Lt, b_lt); B(Opc::Le, b_le); B(Opc::Gt, b_gt);
-  B(Opc::Ge, b_ge); B(Opc::And, b_and); B(Opc::Or, b_or); B(Opc::Xor, b_xor);
+  U(Opc::Copy, u_copy);
+  U(Opc::Neg, u_neg);
+  U(Opc::Abs, u_abs);
+  U(Opc::Exp, u_exp);
+  U(Opc::Exp2, u_exp2);
+  U(Opc::Expm1, u_expm1);
+  U(Opc::Log, u_log);
+  U(Opc::Log2, u_log2);
+  U(Opc::Log10, u_log10);
+  U(Opc::Log1p, u_log1p);
+  U(Opc::Sqrt, u_sqrt);
+  U(Opc::Rsqrt, u_rsqrt);
+  U(Opc::Recip, u_recip);
+  U(Opc::Sin, u_sin);
+  U(Opc::Cos, u_cos);
+  U(Opc::Tan, u_tan);
+  U(Opc::Asin, u_asin);
+  U(Opc::Acos, u_acos);
+  U(Opc::Atan, u_atan);
+  U(Opc::Sinh, u_sinh);
+  U(Opc::Cosh, u_cosh);
+  U(Opc::Tanh, u_tanh);
+  U(Opc::Asinh, u_asinh);
+  U(Opc::Acosh, u_acosh);
+  U(Opc::Atanh, u_atanh);
+  U(Opc::Sigmoid, u_sigmoid);
+  U(Opc::Relu, u_relu);
+  U(Opc::Gelu, u_gelu);
+  U(Opc::GeluTanh, u_gelu_tanh);
+  U(Opc::Silu, u_silu);
+  U(Opc::Erf, u_erf);
+  U(Opc::Erfc, u_erfc);
+  U(Opc::Floor, u_floor);
+  U(Opc::Ceil, u_ceil);
+  U(Opc::Round, u_round);
+  U(Opc::Trunc, u_trunc);
+  U(Opc::Sign, u_sign);
+  U(Opc::Not, u_not);
+  U(Opc::IsNan, u_isnan);
+  U(Opc::IsInf, u_isinf);
+  U(Opc::ToBool, u_tobool);
+  U(Opc::RoundBF16, u_round_bf16);
+  U(Opc::RoundF16, u_round_f16);
+  U(Opc::RoundF8E4M3, u_round_f8e4m3);
+  U(Opc::RoundF8E5M2, u_round_f8e5m2);
+  B(Opc::Add, b_add);
+  B(Opc::Sub, b_sub);
+  B(Opc::Mul, b_mul);
+  B(Opc::Div, b_div);
+  B(Opc::FloorDiv, b_floordiv);
+  B(Opc::Rem, b_rem);
+  B(Opc::Fmod, b_fmod);
+  B(Opc::Pow, b_pow);
+  B(Opc::Max, b_max);
+  B(Opc::Min, b_min);
+  B(Opc::Atan2, b_atan2);
+  B(Opc::Eq, b_eq);
+  B(Opc::Ne, b_ne);
+  B(Opc::Lt, b_lt);
+  B(Opc::Le, b_le);
+  B(Opc::Gt, b_gt);
+  B(Opc::Ge, b_ge);
+  B(Opc::And, b_and);
+  B(Opc::Or, b_or);
+  B(Opc::Xor, b_xor);
   auto IU = [&](Opc o, IUnaryFn f) { t.iunary[static_cast<int>(o)] = f; };
   auto IB = [&](Opc o, IBinaryFn f) { t.ibinary[static_cast<int>(o)] = f; };
   auto IC = [&](Opc o, ICmpFn f) { t.icmp[static_cast<int>(o)] = f; };
-  IU(Opc::ICopy, iu_copy); IU(Opc::INeg, iu_neg); IU(Opc::IAbs, iu_abs); IU(Opc::IBitNot, iu_bitnot);
+  IU(Opc::ICopy, iu_copy);
+  IU(Opc::INeg, iu_neg);
+  IU(Opc::IAbs, iu_abs);
+  IU(Opc::IBitNot, iu_bitnot);
   IU(Opc::ISign, iu_sign);
-  IB(Opc::IAdd, ib_add); IB(Opc::ISub, ib_sub); IB(Opc::IMul, ib_mul); IB(Opc::IFloorDiv, ib_floordiv);
-  IB(Opc::IRem, ib_rem); IB(Opc::IFmod, ib_fmod); IB(Opc::IMax, ib_max); IB(Opc::IMin, ib_min);
-  IB(Opc::IBitAnd, ib_and); IB(Opc::IBitOr, ib_or); IB(Opc::IBitXor, ib_xor);
-  IC(Opc::IEq, ic_eq); IC(Opc::INe, ic_ne); IC(Opc::ILt, ic_lt); IC(Opc::ILe, ic_le); IC(Opc::IGt, ic_gt);
+  IB(Opc::IAdd, ib_add);
+  IB(Opc::ISub, ib_sub);
+  IB(Opc::IMul, ib_mul);
+  IB(Opc::IFloorDiv, ib_floordiv);
+  IB(Opc::IRem, ib_rem);
+  IB(Opc::IFmod, ib_fmod);
+  IB(Opc::IMax, ib_max);
+  IB(Opc::IMin, ib_min);
+  IB(Opc::IBitAnd, ib_and);
+  IB(Opc::IBitOr, ib_or);
+  IB(Opc::IBitXor, ib_xor);
+  IC(Opc::IEq, ic_eq);
+  IC(Opc::INe, ic_ne);
+  IC(Opc::ILt, ic_lt);
+  IC(Opc::ILe, ic_le);
+  IC(Opc::IGt, ic_gt);
   IC(Opc::IGe, ic_ge);
   t.where = where_f;
   t.iwhere = where_i;
   t.i2f = i2f;
   t.f2i = f2i;
-  t.rsum = r_sum; t.rmax = r_max; t.rmin = r_min; t.rprod = r_prod;
-  t.risum = ri_sum; t.rimax = ri_max; t.rimin = ri_min; t.riprod = ri_prod;
-  t.rargmax = r_argmax; t.rargmin = r_argmin;
-#define VM_DT(D, T)                                         \
-  t.load[static_cast<int>(DType::D)] = load_t<T>;           \
-  t.loadi[static_cast<int>(DType::D)] = loadi_t<T>;         \
-  t.store[static_cast<int>(DType::D)] = store_t<T>;         \
+  t.rsum = r_sum;
+  t.rmax = r_max;
+  t.rmin = r_min;
+  t.rprod = r_prod;
+  t.risum = ri_sum;
+  t.rimax = ri_max;
+  t.rimin = ri_min;
+  t.riprod = ri_prod;
+  t.rargmax = r_argmax;
+  t.rargmin = r_argmin;
+#define VM_DT(D, T)                                 \
+  t.load[static_cast<int>(DType::D)] = load_t<T>;   \
+  t.loadi[static_cast<int>(DType::D)] = loadi_t<T>; \
+  t.store[static_cast<int>(DType::D)] = store_t<T>; \
   t.storei[static_cast<int>(DType::D)] = storei_t<T>;
-  VM_DT(Bool, bool) VM_DT(UInt8, uint8_t) VM_DT(Int8, int8_t) VM_DT(Int16, int16_t) VM_DT(Int32, int32_t)
-  VM_DT(Int64, int64_t) VM_DT(UInt16, uint16_t) VM_DT(UInt32, uint32_t) VM_DT(UInt64, uint64_t)
-  VM_DT(Float16, kernels::f16) VM_DT(BFloat16, kernels::bf16) VM_DT(Float32, float) VM_DT(Float64, double)
-  VM_DT(Float8_e4m3fn, kernels::f8e4m3fn) VM_DT(Float8_e5m2, kernels::f8e5m2)
+  VM_DT(Bool, bool)
+  VM_DT(UInt8, uint8_t) VM_DT(Int8, int8_t) VM_DT(Int16, int16_t) VM_DT(Int32, int32_t)
+      VM_DT(Int64, int64_t) VM_DT(UInt16, uint16_t) VM_DT(UInt32, uint32_t) VM_DT(UInt64, uint64_t)
+          VM_DT(Float16, kernels::f16) VM_DT(BFloat16, kernels::bf16) VM_DT(Float32, float)
+              VM_DT(Float64, double) VM_DT(Float8_e4m3fn, kernels::f8e4m3fn)
+                  VM_DT(Float8_e5m2, kernels::f8e5m2)
 #undef VM_DT
-  t.fill = fill_f;
+                      t.fill = fill_f;
   t.ifill = fill_i;
   t.dot = dot_f;
   t.axpy = axpy_f;

@@ -2,9 +2,8 @@
 #define VM_LOOPS_IMPL
 #define VM_LOOPS_NS generic
 #define VM_LOOPS_ISA "generic"
-#include "vm_loops.h"
-
 #include "runtime/env.h"
+#include "vm_loops.h"
 
 namespace neuron::cc::vm {
 

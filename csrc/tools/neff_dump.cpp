@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
       rc = 1;
       continue;
     }
-    std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
     try {
       const neuron::cc::Neff n = neuron::cc::read_neff(data.data(), data.size(), path);
       if (files.size() > 1) std::cout << "== " << path << "\n";

@@ -32,24 +32,42 @@ namespace {
 at::ScalarType to_scalar_type(kernels::DType t) {
   using K = kernels::DType;
   switch (t) {
-    case K::Bool: return at::kBool;
-    case K::UInt8: return at::kByte;
-    case K::Int8: return at::kChar;
-    case K::Int16: return at::kShort;
-    case K::Int32: return at::kInt;
-    case K::Int64: return at::kLong;
-    case K::UInt16: return at::kUInt16;
-    case K::UInt32: return at::kUInt32;
-    case K::UInt64: return at::kUInt64;
-    case K::Float16: return at::kHalf;
-    case K::BFloat16: return at::kBFloat16;
-    case K::Float32: return at::kFloat;
-    case K::Float64: return at::kDouble;
-    case K::Complex64: return at::kComplexFloat;
-    case K::Complex128: return at::kComplexDouble;
-    case K::Float8_e4m3fn: return at::kFloat8_e4m3fn;
-    case K::Float8_e5m2: return at::kFloat8_e5m2;
-    default: TORCH_CHECK(false, "neuron compiler: unsupported dtype");
+    case K::Bool:
+      return at::kBool;
+    case K::UInt8:
+      return at::kByte;
+    case K::Int8:
+      return at::kChar;
+    case K::Int16:
+      return at::kShort;
+    case K::Int32:
+      return at::kInt;
+    case K::Int64:
+      return at::kLong;
+    case K::UInt16:
+      return at::kUInt16;
+    case K::UInt32:
+      return at::kUInt32;
+    case K::UInt64:
+      return at::kUInt64;
+    case K::Float16:
+      return at::kHalf;
+    case K::BFloat16:
+      return at::kBFloat16;
+    case K::Float32:
+      return at::kFloat;
+    case K::Float64:
+      return at::kDouble;
+    case K::Complex64:
+      return at::kComplexFloat;
+    case K::Complex128:
+      return at::kComplexDouble;
+    case K::Float8_e4m3fn:
+      return at::kFloat8_e4m3fn;
+    case K::Float8_e5m2:
+      return at::kFloat8_e5m2;
+    default:
+      TORCH_CHECK(false, "neuron compiler: unsupported dtype");
   }
 }
 
@@ -80,7 +98,8 @@ cc::AttrValue to_attr(const py::handle& v) {
     for (auto x : v) r.push_back(x.cast<int64_t>());
     return r;
   }
-  throw py::type_error("neuron compiler: attribute values must be int, float, str or a list of ints");
+  throw py::type_error(
+      "neuron compiler: attribute values must be int, float, str or a list of ints");
 }
 
 cc::TargetProfile current_target() {
@@ -98,11 +117,16 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(const std::string& name) { g_.name = name; }
 
-  int input(const std::string& dtype, std::vector<int64_t> shape, std::vector<int64_t> strides, const std::string& name) {
-    return cc_errors([&] { return g_.add_input(cc::TensorType{parse_dtype(dtype), std::move(shape)}, std::move(strides), name); });
+  int input(const std::string& dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+            const std::string& name) {
+    return cc_errors([&] {
+      return g_.add_input(cc::TensorType{parse_dtype(dtype), std::move(shape)}, std::move(strides),
+                          name);
+    });
   }
 
-  std::vector<int> node(const std::string& op, std::vector<int> inputs, const py::dict& attrs, const py::object& out_types) {
+  std::vector<int> node(const std::string& op, std::vector<int> inputs, const py::dict& attrs,
+                        const py::object& out_types) {
     return cc_errors([&] {
       auto o = cc::op_from_name(op);
       if (!o) throw cc::CompileError("neuron compiler: unknown IR op '" + op + "'");
@@ -112,7 +136,8 @@ class GraphBuilder {
       std::vector<cc::TensorType> outs;
       for (auto t : out_types) {
         auto tup = t.cast<py::tuple>();
-        outs.push_back(cc::TensorType{parse_dtype(tup[0].cast<std::string>()), tup[1].cast<std::vector<int64_t>>()});
+        outs.push_back(cc::TensorType{parse_dtype(tup[0].cast<std::string>()),
+                                      tup[1].cast<std::vector<int64_t>>()});
       }
       // Declared types are checked against inference (except for custom ops).
       auto ids = g_.add_typed(*o, std::move(inputs), std::move(a), std::move(outs));
@@ -121,7 +146,8 @@ class GraphBuilder {
         auto inferred = cc::infer_types(g_, n);
         for (size_t i = 0; i < ids.size(); ++i)
           if (inferred[i] != g_.type(ids[i]))
-            throw cc::VerifyError("neuron compiler: '" + op + "' result is " + inferred[i].str() + ", traced as " + g_.type(ids[i]).str());
+            throw cc::VerifyError("neuron compiler: '" + op + "' result is " + inferred[i].str() +
+                                  ", traced as " + g_.type(ids[i]).str());
       }
       return ids;
     });
@@ -137,26 +163,35 @@ class GraphBuilder {
   int constant(const at::Tensor& t) {
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     const auto dt = to_kernel_dtype(c.scalar_type());
-    TORCH_CHECK(dt != kernels::DType::Undefined, "neuron compiler: constant of unsupported dtype ", c.scalar_type());
+    TORCH_CHECK(dt != kernels::DType::Undefined, "neuron compiler: constant of unsupported dtype ",
+                c.scalar_type());
     std::vector<uint8_t> bytes(c.nbytes());
     if (c.nbytes()) std::memcpy(bytes.data(), c.data_ptr(), c.nbytes());
-    return cc_errors([&] { return g_.constant(cc::TensorType{dt, c.sizes().vec()}, std::move(bytes)); });
+    return cc_errors([&] {
+      return g_.constant(cc::TensorType{dt, c.sizes().vec()}, std::move(bytes));
+    });
   }
 
   void set_outputs(std::vector<int> outs, std::vector<std::vector<int64_t>> strides) {
-    TORCH_CHECK(strides.empty() || strides.size() == outs.size(), "neuron compiler: one stride list per output");
+    TORCH_CHECK(strides.empty() || strides.size() == outs.size(),
+                "neuron compiler: one stride list per output");
     g_.set_outputs(outs);
     for (size_t i = 0; i < strides.size(); ++i) {
       cc::Value& v = g_.values.at(static_cast<size_t>(outs[i]));
       if (v.strides.empty() && !strides[i].empty()) v.strides = strides[i];
     }
   }
-  void mutation(int input_index, int value) { g_.mutations.push_back(cc::Mutation{input_index, value}); }
+  void mutation(int input_index, int value) {
+    g_.mutations.push_back(cc::Mutation{input_index, value});
+  }
   std::string text() const { return cc::print(g_); }
-  void verify() const { cc_errors([&] { cc::verify(g_, "built graph"); }); }
+  void verify() const {
+    cc_errors([&] { cc::verify(g_, "built graph"); });
+  }
   const cc::Graph& graph() const { return g_; }
   py::tuple type(int v) const {
-    TORCH_CHECK(v >= 0 && static_cast<size_t>(v) < g_.values.size(), "neuron compiler: no value %", v);
+    TORCH_CHECK(v >= 0 && static_cast<size_t>(v) < g_.values.size(), "neuron compiler: no value %",
+                v);
     const cc::TensorType& t = g_.type(v);
     return py::make_tuple(std::string(cc::dtype_short(t.dtype)), t.shape);
   }
@@ -169,15 +204,21 @@ class GraphBuilder {
 // A loaded NEFF plus its device-resident constants.
 class Executable {
  public:
-  Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string source, std::string path)
-      : neff_(std::move(neff)), key_(std::move(key)), source_(std::move(source)), path_(std::move(path)) {
+  Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string source,
+             std::string path)
+      : neff_(std::move(neff)),
+        key_(std::move(key)),
+        source_(std::move(source)),
+        path_(std::move(path)) {
     auto it = neff_->metadata.find("graph");
-    task_name_ = rt::intern("neuron::compiled_graph(" + (it != neff_->metadata.end() ? it->second : key_) + ")");
+    task_name_ = rt::intern("neuron::compiled_graph(" +
+                            (it != neff_->metadata.end() ? it->second : key_) + ")");
   }
 
   py::list run(const py::list& args) {
     const cc::Program& p = neff_->program;
-    TORCH_CHECK(args.size() == p.inputs.size(), "compiled graph expects ", p.inputs.size(), " inputs, got ", args.size());
+    TORCH_CHECK(args.size() == p.inputs.size(), "compiled graph expects ", p.inputs.size(),
+                " inputs, got ", args.size());
     std::vector<at::Tensor> ins;
     ins.reserve(args.size());
     c10::optional<c10::Device> device;
@@ -185,11 +226,14 @@ class Executable {
       at::Tensor t = args[i].cast<at::Tensor>();
       if (is_neuron(t)) {
         if (!device) device = t.device();
-        TORCH_CHECK(t.device() == *device, "compiled graph: input ", i, " is on ", t.device(), " but input tensors are on ", *device);
+        TORCH_CHECK(t.device() == *device, "compiled graph: input ", i, " is on ", t.device(),
+                    " but input tensors are on ", *device);
       }
       ins.push_back(std::move(t));
     }
-    const c10::Device dev = device ? *device : c10::Device(kNeuron, static_cast<c10::DeviceIndex>(rt::current_device()));
+    const c10::Device dev =
+        device ? *device
+               : c10::Device(kNeuron, static_cast<c10::DeviceIndex>(rt::current_device()));
     const bool no_autocopy = rt::getenv_bool("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", false);
     // Tensors whose layout differs from the compiled one go through a staging copy; mutated
     // ones are copied back after the program.
@@ -199,17 +243,21 @@ class Executable {
       at::Tensor& t = ins[i];
       const cc::IOSpec& s = p.inputs[i];
       if (!is_neuron(t)) {
-        TORCH_CHECK(!no_autocopy, "Input tensor at index ", i, " is on ", t.device().type() == c10::DeviceType::CPU ? "cpu" : t.device().str(),
-                    " device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: move inputs to neuron before calling the compiled function)");
+        TORCH_CHECK(!no_autocopy, "Input tensor at index ", i, " is on ",
+                    t.device().type() == c10::DeviceType::CPU ? "cpu" : t.device().str(),
+                    " device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: move inputs to neuron "
+                    "before calling the compiled function)");
       }
       TORCH_CHECK(to_kernel_dtype(t.scalar_type()) == s.dtype && t.sizes().vec() == s.shape,
-                  "compiled graph: input ", i, " is ", t.scalar_type(), t.sizes(), ", the graph was compiled for ",
-                  cc::dtype_short(s.dtype), "[", c10::IntArrayRef(s.shape), "]");
+                  "compiled graph: input ", i, " is ", t.scalar_type(), t.sizes(),
+                  ", the graph was compiled for ", cc::dtype_short(s.dtype), "[",
+                  c10::IntArrayRef(s.shape), "]");
       const bool layout_ok = is_neuron(t) && t.device() == dev && strides_match(t, s.strides);
       if (!layout_ok) {
         at::Tensor staged = at::empty_strided(s.shape, s.strides, t.options().device(dev));
         staged.copy_(t);
-        if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), static_cast<int>(i)) != p.mutated_inputs.end())
+        if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), static_cast<int>(i)) !=
+            p.mutated_inputs.end())
           write_back.push_back({t, staged});
         t = staged;
       }
@@ -222,7 +270,8 @@ class Executable {
     std::vector<at::Tensor> outs;
     for (size_t k = 0; k < p.outputs.size(); ++k) {
       const cc::IOSpec& s = p.outputs[k];
-      outs.push_back(at::empty_strided(s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev)));
+      outs.push_back(at::empty_strided(
+          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev)));
       out_ptrs[k] = outs.back().numel() ? outs.back().data_ptr() : nullptr;
     }
     at::Tensor arena;
@@ -237,7 +286,8 @@ class Executable {
     for (const at::Tensor& c : consts) bufs.constants.push_back(c.numel() ? c.data_ptr() : nullptr);
     bufs.arena = arena_ptr;
     std::shared_ptr<const cc::Neff> neff = neff_;
-    launch(dev.index(), task_name_, [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
+    launch(dev.index(), task_name_,
+           [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
     cc::add_metric("executions", 1);
     for (auto& [orig, staged] : write_back) orig.copy_(staged);
     for (auto& o : outs) result.append(py::cast(o));
@@ -259,7 +309,8 @@ class Executable {
     for (const auto& s : p.steps) kinds.append(std::string(cc::step_kind_name(s.kind)));
     d["step_kinds"] = kinds;
     py::list outs;
-    for (const auto& s : p.outputs) outs.append(py::make_tuple(std::string(cc::dtype_short(s.dtype)), s.shape, s.strides));
+    for (const auto& s : p.outputs)
+      outs.append(py::make_tuple(std::string(cc::dtype_short(s.dtype)), s.shape, s.strides));
     d["outputs"] = outs;
     for (const auto& [k, v] : neff_->metadata) d[py::str("meta_" + k)] = v;
     return d;
@@ -296,8 +347,8 @@ class Executable {
   std::unordered_map<int, std::vector<at::Tensor>> consts_;
 };
 
-std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o, const std::vector<std::string>& unknown,
-                      const cc::TargetProfile& t) {
+std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o,
+                      const std::vector<std::string>& unknown, const cc::TargetProfile& t) {
   cc::Graph anon = g;  // names do not change the program
   anon.name.clear();
   for (auto& v : anon.values) v.name.clear();
@@ -314,15 +365,19 @@ std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o, const std
 }
 
 std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict& options) {
-  const std::string name = options.contains("name") ? options["name"].cast<std::string>() : b.graph().name;
+  const std::string name =
+      options.contains("name") ? options["name"].cast<std::string>() : b.graph().name;
   const std::string flags = options.contains("flags") ? options["flags"].cast<std::string>() : "";
   const int default_opt = options.contains("opt_level") ? options["opt_level"].cast<int>() : 2;
-  const std::string dump_dir = options.contains("dump_dir") ? options["dump_dir"].cast<std::string>() : "";
-  const std::string neff_copy = options.contains("neff_copy") ? options["neff_copy"].cast<std::string>() : "";
+  const std::string dump_dir =
+      options.contains("dump_dir") ? options["dump_dir"].cast<std::string>() : "";
+  const std::string neff_copy =
+      options.contains("neff_copy") ? options["neff_copy"].cast<std::string>() : "";
   return cc_errors([&] {
     std::vector<std::string> unknown;
     cc::CompileOptions o = cc::parse_flags(flags, default_opt, &unknown);
-    for (const auto& u : unknown) cc::push_warning("NEURON_CC_FLAGS: unknown flag '" + u + "' ignored (part of the cache key)");
+    for (const auto& u : unknown)
+      cc::push_warning("NEURON_CC_FLAGS: unknown flag '" + u + "' ignored (part of the cache key)");
     o.dump_dir = dump_dir;
     const cc::TargetProfile target = current_target();
     const std::string key = graph_key(b.graph(), o, unknown, target);
@@ -346,20 +401,26 @@ std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict&
             std::string passes;
             for (const auto& pr : c.passes) passes += rt::str(pr.name, ":", pr.changed, " ");
             n.metadata["passes"] = passes;
-            n.metadata["created"] = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                                       std::chrono::system_clock::now().time_since_epoch()).count());
+            n.metadata["created"] =
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
             return n;
           },
           &src, &path);
     }
     if (!(neff->target == target))
-      throw cc::NeffError("cached NEFF was compiled for " + neff->target.str() + ", this process runs " + target.str());
+      throw cc::NeffError("cached NEFF was compiled for " + neff->target.str() +
+                          ", this process runs " + target.str());
     if (!neff_copy.empty()) {
       const auto bytes = cc::write_neff(*neff);
       std::ofstream f(neff_copy, std::ios::binary);
-      f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      f.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     }
-    const char* s = src == cc::CacheSource::Memory ? "memory" : src == cc::CacheSource::Disk ? "disk" : "compiled";
+    const char* s = src == cc::CacheSource::Memory ? "memory"
+                    : src == cc::CacheSource::Disk ? "disk"
+                                                   : "compiled";
     return std::make_shared<Executable>(neff, key, s, path);
   });
 }
@@ -374,17 +435,21 @@ std::shared_ptr<Executable> load_cached(const std::string& key) {
     {
       py::gil_scoped_release nogil;
       try {
-        neff = cc::NeffCache::instance().get(key, [&]() -> cc::Neff {
-          missing = true;
-          throw cc::CompileError("not cached");
-        }, &src, &path);
+        neff = cc::NeffCache::instance().get(
+            key,
+            [&]() -> cc::Neff {
+              missing = true;
+              throw cc::CompileError("not cached");
+            },
+            &src, &path);
       } catch (const cc::CompileError&) {
         if (!missing) throw;
       }
     }
     if (missing || !neff) return nullptr;
     if (!(neff->target == current_target())) return nullptr;
-    return std::make_shared<Executable>(neff, key, src == cc::CacheSource::Memory ? "memory" : "disk", path);
+    return std::make_shared<Executable>(neff, key,
+                                        src == cc::CacheSource::Memory ? "memory" : "disk", path);
   });
 }
 
@@ -410,13 +475,15 @@ void init_compiler_bindings(py::module& parent) {
   py::module m = parent.def_submodule("_cc", "neuron-emu graph compiler");
   py::class_<GraphBuilder>(m, "GraphBuilder")
       .def(py::init<const std::string&>())
-      .def("input", &GraphBuilder::input, py::arg("dtype"), py::arg("shape"), py::arg("strides"), py::arg("name") = "")
-      .def("node", &GraphBuilder::node, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::dict(),
-           py::arg("out_types") = py::none())
+      .def("input", &GraphBuilder::input, py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+           py::arg("name") = "")
+      .def("node", &GraphBuilder::node, py::arg("op"), py::arg("inputs"),
+           py::arg("attrs") = py::dict(), py::arg("out_types") = py::none())
       .def("scalar", &GraphBuilder::scalar)
       .def("scalar_int", &GraphBuilder::scalar_int)
       .def("constant", &GraphBuilder::constant)
-      .def("set_outputs", &GraphBuilder::set_outputs, py::arg("outputs"), py::arg("strides") = std::vector<std::vector<int64_t>>{})
+      .def("set_outputs", &GraphBuilder::set_outputs, py::arg("outputs"),
+           py::arg("strides") = std::vector<std::vector<int64_t>>{})
       .def("mutation", &GraphBuilder::mutation)
       .def("text", &GraphBuilder::text)
       .def("verify", &GraphBuilder::verify)
@@ -446,32 +513,40 @@ void init_compiler_bindings(py::module& parent) {
   m.def("compiler_version", [] { return std::string(cc::compiler_build_id()); });
   m.def("ops", [] {
     py::list l;
-    for (int i = 0; i < cc::num_ops(); ++i) l.append(std::string(cc::op_name(static_cast<cc::Op>(i))));
+    for (int i = 0; i < cc::num_ops(); ++i)
+      l.append(std::string(cc::op_name(static_cast<cc::Op>(i))));
     return l;
   });
   m.def("dump_neff", [](const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     TORCH_CHECK(f.good(), "cannot open ", path);
-    std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return cc_errors([&] { return cc::dump_neff(cc::read_neff(data.data(), data.size(), path), true); });
+    std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
+    return cc_errors(
+        [&] { return cc::dump_neff(cc::read_neff(data.data(), data.size(), path), true); });
   });
-  m.def("has_custom_kernel", [](const std::string& name) { return cc::dense::has_custom_kernel(name); });
+  m.def("has_custom_kernel",
+        [](const std::string& name) { return cc::dense::has_custom_kernel(name); });
   // A native kernel for the custom-op test: out = a * scale + b (float32), scale from the payload.
   m.def("_register_test_custom_kernel", [] {
-    cc::dense::register_custom_kernel("neuron_emu_test::scale_add", [](const std::vector<kernels::TensorRef>& in,
-                                                                       const std::vector<kernels::TensorRef>& out,
-                                                                       const std::string& payload) {
-      if (in.size() != 2 || out.size() != 1) throw cc::ExecError("scale_add: expects 2 inputs and 1 output");
-      const float scale = payload.empty() ? 1.0f : std::stof(payload);
-      const auto& a = in[0];
-      const auto& b = in[1];
-      const auto& o = out[0];
-      if (a.dtype != kernels::DType::Float32 || !a.is_contiguous() || !b.is_contiguous() || !o.is_contiguous())
-        throw cc::ExecError("scale_add: float32 contiguous tensors only");
-      const int64_t n = a.numel();
-      for (int64_t i = 0; i < n; ++i)
-        static_cast<float*>(o.data)[i] = static_cast<const float*>(a.data)[i] * scale + static_cast<const float*>(b.data)[i];
-    });
+    cc::dense::register_custom_kernel(
+        "neuron_emu_test::scale_add",
+        [](const std::vector<kernels::TensorRef>& in, const std::vector<kernels::TensorRef>& out,
+           const std::string& payload) {
+          if (in.size() != 2 || out.size() != 1)
+            throw cc::ExecError("scale_add: expects 2 inputs and 1 output");
+          const float scale = payload.empty() ? 1.0f : std::stof(payload);
+          const auto& a = in[0];
+          const auto& b = in[1];
+          const auto& o = out[0];
+          if (a.dtype != kernels::DType::Float32 || !a.is_contiguous() || !b.is_contiguous() ||
+              !o.is_contiguous())
+            throw cc::ExecError("scale_add: float32 contiguous tensors only");
+          const int64_t n = a.numel();
+          for (int64_t i = 0; i < n; ++i)
+            static_cast<float*>(o.data)[i] =
+                static_cast<const float*>(a.data)[i] * scale + static_cast<const float*>(b.data)[i];
+        });
   });
 }
 

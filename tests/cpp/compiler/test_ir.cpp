@@ -17,14 +17,16 @@ Graph small() {
   const int x = g.add_input(TensorType{DType::Float32, {2, 3}}, {}, "x");
   const int w = g.add_input(TensorType{DType::BFloat16, {3}}, {}, "w");
   const int y = g.add1(Op::mul, {x, w}, A({{"dtype", static_cast<int64_t>(DType::Float32)}}));
-  const int s = g.add1(Op::sum, {y}, A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
+  const int s =
+      g.add1(Op::sum, {y}, A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
   g.set_outputs({g.add1(Op::sub, {y, s}), s});
   return g;
 }
 
 TEST(CompilerIR, PrintsReadableText) {
   const std::string text = print(small());
-  EXPECT_NE(text.find("graph @small(%0: f32[2,3] \"x\", %1: bf16[3] \"w\") {"), std::string::npos) << text;
+  EXPECT_NE(text.find("graph @small(%0: f32[2,3] \"x\", %1: bf16[3] \"w\") {"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("%2 = mul(%0, %1) {dtype=11} : f32[2,3]"), std::string::npos) << text;
   EXPECT_NE(text.find("%3 = sum(%2) {dims=[1], keepdim=1} : f32[2,1]"), std::string::npos) << text;
   EXPECT_NE(text.find("return %4, %3"), std::string::npos) << text;
@@ -59,10 +61,19 @@ TEST(CompilerIR, TypeInference) {
   const int b = g.add_input(TensorType{DType::Float32, {3, 1}});
   EXPECT_EQ(g.type(g.add1(Op::add, {a, b})).str(), "f32[4,3,5]");
   EXPECT_EQ(g.type(g.add1(Op::lt, {a, b})).str(), "b8[4,3,5]");
-  EXPECT_EQ(g.type(g.add1(Op::permute, {a}, A({{"perm", std::vector<int64_t>{2, 0, 1}}}))).str(), "bf16[5,4,1]");
-  EXPECT_EQ(g.type(g.add1(Op::slice, {a}, A({{"dim", int64_t{2}}, {"start", int64_t{1}}, {"end", int64_t{5}}, {"step", int64_t{2}}}))).str(),
+  EXPECT_EQ(g.type(g.add1(Op::permute, {a}, A({{"perm", std::vector<int64_t>{2, 0, 1}}}))).str(),
+            "bf16[5,4,1]");
+  EXPECT_EQ(g.type(g.add1(Op::slice, {a},
+                          A({{"dim", int64_t{2}},
+                             {"start", int64_t{1}},
+                             {"end", int64_t{5}},
+                             {"step", int64_t{2}}})))
+                .str(),
             "bf16[4,1,2]");
-  EXPECT_EQ(g.type(g.add1(Op::argmax, {a}, A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}}))).str(), "i64[4,1]");
+  EXPECT_EQ(g.type(g.add1(Op::argmax, {a},
+                          A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}})))
+                .str(),
+            "i64[4,1]");
   const int q = g.add_input(TensorType{DType::Float32, {1, 8, 3, 16}});
   const int k = g.add_input(TensorType{DType::Float32, {1, 2, 10, 16}});
   EXPECT_EQ(g.type(g.add1(Op::attention, {q, k, k}, A({{"scale", 0.25}}))).str(), "f32[1,8,3,16]");
@@ -82,7 +93,8 @@ TEST(CompilerIR, VerifierNamesTheNodeAndTheRule) {
     Graph g = small();
     g.nodes[1].inputs[0] = 42;  // undefined operand
     const std::string e = verify_error(g);
-    EXPECT_NE(e.find("IR verifier (test): graph @small: node #1 `%3 = sum(%42)"), std::string::npos) << e;
+    EXPECT_NE(e.find("IR verifier (test): graph @small: node #1 `%3 = sum(%42)"), std::string::npos)
+        << e;
     EXPECT_NE(e.find("operand %42 does not exist"), std::string::npos) << e;
   }
   {
@@ -95,13 +107,16 @@ TEST(CompilerIR, VerifierNamesTheNodeAndTheRule) {
     Graph g = small();
     g.values[3].type.shape = {2, 3};  // declared type disagrees with inference
     const std::string e = verify_error(g);
-    EXPECT_NE(e.find("result %3 is declared f32[2,3] but the inputs give f32[2,1]"), std::string::npos) << e;
+    EXPECT_NE(e.find("result %3 is declared f32[2,3] but the inputs give f32[2,1]"),
+              std::string::npos)
+        << e;
   }
   {
     Graph g = small();
     g.mutations.push_back(Mutation{1, 2});  // bf16[3] input mutated with f32[2,3]
     const std::string e = verify_error(g);
-    EXPECT_NE(e.find("mutation of input #1 (bf16[3]) with %2 of type f32[2,3]"), std::string::npos) << e;
+    EXPECT_NE(e.find("mutation of input #1 (bf16[3]) with %2 of type f32[2,3]"), std::string::npos)
+        << e;
   }
   {
     Graph g = small();

@@ -69,7 +69,8 @@ TEST(CompilerNeff, DetectsCorruptionTruncationAndVersion) {
   auto cut = good;
   cut.resize(good.size() - 7);
   EXPECT_NE(read_error(cut).find("truncated"), std::string::npos);
-  EXPECT_NE(read_error(std::vector<uint8_t>(good.begin(), good.begin() + 10)).find("truncated"), std::string::npos);
+  EXPECT_NE(read_error(std::vector<uint8_t>(good.begin(), good.begin() + 10)).find("truncated"),
+            std::string::npos);
   EXPECT_NE(read_error(std::vector<uint8_t>(64, 0)).find("bad magic"), std::string::npos);
   // A NEFF from a newer format: the checksum is valid but the version is refused.
   auto v2 = good;
@@ -103,7 +104,10 @@ struct CacheDir {
     reset_metrics();
   }
   ~CacheDir() {
-    if (had_old) ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", old.c_str(), 1); else ::unsetenv("TORCH_NEURONX_NEFF_CACHE_DIR");
+    if (had_old)
+      ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", old.c_str(), 1);
+    else
+      ::unsetenv("TORCH_NEURONX_NEFF_CACHE_DIR");
     fs::remove_all(path);
   }
 };
@@ -167,11 +171,14 @@ TEST(CompilerCache, ConcurrentRequestsCompileOnce) {
   for (int i = 0; i < 4; ++i)
     ts.emplace_back([&] {
       CacheSource src;
-      NeffCache::instance().get("k3", [&] {
-        ++compiles;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        return make_neff();
-      }, &src);
+      NeffCache::instance().get(
+          "k3",
+          [&] {
+            ++compiles;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            return make_neff();
+          },
+          &src);
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(compiles.load(), 1);
@@ -194,7 +201,9 @@ TEST(CompilerCache, MemoryLruIsBounded) {
 TEST(CompilerCli, NeffDumpPrintsAFile) {
   const std::string path = ::testing::TempDir() + "/dump_test.neff";
   const auto bytes = write_neff(make_neff());
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   const std::string out = ::testing::TempDir() + "/dump_test.txt";
   const int rc = std::system((std::string(NEFF_DUMP_EXE) + " " + path + " > " + out).c_str());
   ASSERT_EQ(rc, 0);

@@ -66,9 +66,16 @@ TEST(CompilerPasses, ConstantFoldingEvaluatesConstantSubgraphs) {
   Graph g;
   const int x = g.add_input(F32({3, 3}));
   // A causal mask from iota: computed once at compile time.
-  const int r = g.add1(Op::iota, {}, A({{"shape", std::vector<int64_t>{3, 3}}, {"dim", int64_t{0}}, {"dtype", static_cast<int64_t>(DType::Int64)}}));
-  const int cidx = g.add1(Op::iota, {}, A({{"shape", std::vector<int64_t>{3, 3}}, {"dim", int64_t{1}}, {"dtype", static_cast<int64_t>(DType::Int64)}}));
-  const int m = g.add1(Op::where, {g.add1(Op::le, {cidx, r}), g.scalar(0.0, DType::Float32), g.scalar(-INFINITY, DType::Float32)});
+  const int r = g.add1(Op::iota, {},
+                       A({{"shape", std::vector<int64_t>{3, 3}},
+                          {"dim", int64_t{0}},
+                          {"dtype", static_cast<int64_t>(DType::Int64)}}));
+  const int cidx = g.add1(Op::iota, {},
+                          A({{"shape", std::vector<int64_t>{3, 3}},
+                             {"dim", int64_t{1}},
+                             {"dtype", static_cast<int64_t>(DType::Int64)}}));
+  const int m = g.add1(Op::where, {g.add1(Op::le, {cidx, r}), g.scalar(0.0, DType::Float32),
+                                   g.scalar(-INFINITY, DType::Float32)});
   g.set_outputs({g.add1(Op::add, {x, m})});
   EXPECT_EQ(fold_constants(g).changed, 1);
   verify(g);
@@ -86,7 +93,8 @@ TEST(CompilerPasses, FusionGroupsChainsAndKeepsDenseOpsApart) {
   const int w = g.add_input(F32({16, 16}));
   int y = g.add1(Op::exp, {x});
   y = g.add1(Op::mul, {y, g.scalar(0.5, DType::Float32)});
-  const int s = g.add1(Op::sum, {y}, A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
+  const int s =
+      g.add1(Op::sum, {y}, A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
   y = g.add1(Op::div, {y, s});
   const int z = g.add1(Op::matmul, {y, w});
   g.set_outputs({g.add1(Op::tanh, {z})});
@@ -127,7 +135,8 @@ TEST(CompilerPasses, InPlaceElementwiseMutation) {
   const int x = g.add_input(F32({5, 7}));
   const int upd = g.add1(Op::add, {g.add1(Op::mul, {buf, g.scalar(0.9, DType::Float32)}), x});
   g.mutations.push_back(Mutation{0, upd});
-  g.set_outputs({g.add1(Op::sum, {upd}, A({{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}}))});
+  g.set_outputs(
+      {g.add1(Op::sum, {upd}, A({{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}}))});
   Compiled c = compile(g, CompileOptions{});
   for (const Step& s : c.program.steps) EXPECT_NE(s.kind, StepKind::Copy) << describe(c.program);
   std::vector<HostTensor> in = {random_tensor(F32({5, 7}), 1), random_tensor(F32({5, 7}), 2)};

@@ -26,11 +26,16 @@ struct HostTensor {
 
 inline double round_to(double x, DType t) {
   switch (t) {
-    case DType::Float32: return static_cast<double>(static_cast<float>(x));
-    case DType::BFloat16: return static_cast<double>(static_cast<float>(kernels::bf16(static_cast<float>(x))));
-    case DType::Float16: return static_cast<double>(static_cast<float>(kernels::f16(static_cast<float>(x))));
-    case DType::Bool: return x != 0 ? 1.0 : 0.0;
-    case DType::Float64: return x;
+    case DType::Float32:
+      return static_cast<double>(static_cast<float>(x));
+    case DType::BFloat16:
+      return static_cast<double>(static_cast<float>(kernels::bf16(static_cast<float>(x))));
+    case DType::Float16:
+      return static_cast<double>(static_cast<float>(kernels::f16(static_cast<float>(x))));
+    case DType::Bool:
+      return x != 0 ? 1.0 : 0.0;
+    case DType::Float64:
+      return x;
     default:
       if (std::isnan(x)) return 0;
       return std::trunc(x);
@@ -41,7 +46,8 @@ inline HostTensor random_tensor(TensorType t, uint32_t seed, double lo = -2, dou
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> d(lo, hi);
   HostTensor h{t, std::vector<double>(static_cast<size_t>(t.numel()))};
-  for (auto& x : h.v) x = kernels::is_floating(t.dtype) ? round_to(d(rng), t.dtype) : std::floor(d(rng));
+  for (auto& x : h.v)
+    x = kernels::is_floating(t.dtype) ? round_to(d(rng), t.dtype) : std::floor(d(rng));
   return h;
 }
 
@@ -67,7 +73,8 @@ inline std::vector<uint8_t> encode(const HostTensor& h, const std::vector<int64_
   return out;
 }
 
-inline HostTensor decode(const TensorType& t, const uint8_t* data, const std::vector<int64_t>& strides) {
+inline HostTensor decode(const TensorType& t, const uint8_t* data,
+                         const std::vector<int64_t>& strides) {
   HostTensor h{t, std::vector<double>(static_cast<size_t>(t.numel()))};
   const size_t es = kernels::element_size(t.dtype);
   for (int64_t e = 0; e < t.numel(); ++e) {
@@ -91,9 +98,11 @@ inline HostTensor decode(const TensorType& t, const uint8_t* data, const std::ve
 inline std::vector<HostTensor> run_program(const Program& p, std::vector<HostTensor>& inputs) {
   Buffers b;
   std::vector<std::vector<uint8_t>> in_bytes, out_bytes;
-  for (size_t i = 0; i < p.inputs.size(); ++i) in_bytes.push_back(encode(inputs[i], p.inputs[i].strides));
+  for (size_t i = 0; i < p.inputs.size(); ++i)
+    in_bytes.push_back(encode(inputs[i], p.inputs[i].strides));
   for (const IOSpec& s : p.outputs) {
-    HostTensor z{TensorType{s.dtype, s.shape}, std::vector<double>(static_cast<size_t>(TensorType{s.dtype, s.shape}.numel()), 0)};
+    HostTensor z{TensorType{s.dtype, s.shape},
+                 std::vector<double>(static_cast<size_t>(TensorType{s.dtype, s.shape}.numel()), 0)};
     out_bytes.push_back(encode(z, s.strides));
   }
   for (auto& x : in_bytes) b.inputs.push_back(x.data());
@@ -104,15 +113,17 @@ inline std::vector<HostTensor> run_program(const Program& p, std::vector<HostTen
   execute(p, b);
   std::vector<HostTensor> outs;
   for (size_t k = 0; k < p.outputs.size(); ++k)
-    outs.push_back(decode(TensorType{p.outputs[k].dtype, p.outputs[k].shape}, out_bytes[k].data(), p.outputs[k].strides));
+    outs.push_back(decode(TensorType{p.outputs[k].dtype, p.outputs[k].shape}, out_bytes[k].data(),
+                          p.outputs[k].strides));
   for (int m : p.mutated_inputs)
-    inputs[static_cast<size_t>(m)] = decode(inputs[static_cast<size_t>(m)].type, in_bytes[static_cast<size_t>(m)].data(),
-                                            p.inputs[static_cast<size_t>(m)].strides);
+    inputs[static_cast<size_t>(m)] =
+        decode(inputs[static_cast<size_t>(m)].type, in_bytes[static_cast<size_t>(m)].data(),
+               p.inputs[static_cast<size_t>(m)].strides);
   return outs;
 }
 
-inline std::vector<HostTensor> compile_and_run(const Graph& g, std::vector<HostTensor>& inputs, int opt_level = 2,
-                                               Compiled* out = nullptr) {
+inline std::vector<HostTensor> compile_and_run(const Graph& g, std::vector<HostTensor>& inputs,
+                                               int opt_level = 2, Compiled* out = nullptr) {
   CompileOptions o;
   o.opt_level = opt_level;
   Compiled c = compile(g, o);
@@ -125,7 +136,8 @@ inline std::vector<HostTensor> compile_and_run(const Graph& g, std::vector<HostT
 
 std::vector<HostTensor> reference(const Graph& g, std::vector<HostTensor>& inputs);
 
-inline void expect_close(const HostTensor& got, const HostTensor& want, double rtol, double atol, const std::string& what = "") {
+inline void expect_close(const HostTensor& got, const HostTensor& want, double rtol, double atol,
+                         const std::string& what = "") {
   ASSERT_EQ(got.type.shape, want.type.shape) << what;
   size_t bad = 0;
   for (size_t i = 0; i < got.v.size(); ++i) {

@@ -14,12 +14,14 @@ using vm::Opc;
 double ulp_err(float got, double want) {
   if (std::isnan(want)) return std::isnan(got) ? 0 : 1e9;
   if (std::isinf(want)) return got == want ? 0 : 1e9;
-  const double ulp = std::max<double>(std::fabs(std::nextafter(static_cast<float>(want), INFINITY) - static_cast<float>(want)), 1e-45);
+  const double ulp = std::max<double>(
+      std::fabs(std::nextafter(static_cast<float>(want), INFINITY) - static_cast<float>(want)),
+      1e-45);
   return std::fabs(got - want) / ulp;
 }
 
-void check_unary(const vm::LoopTable& L, Opc op, double (*ref)(double), double lo, double hi, double max_ulp,
-                 double abs_tol = 0) {
+void check_unary(const vm::LoopTable& L, Opc op, double (*ref)(double), double lo, double hi,
+                 double max_ulp, double abs_tol = 0) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<float> x(4099), y(4099);
@@ -36,15 +38,25 @@ void check_unary(const vm::LoopTable& L, Opc op, double (*ref)(double), double l
 }
 
 void check_table(const vm::LoopTable& L) {
-  check_unary(L, Opc::Exp, [](double v) { return std::exp(v); }, -87, 88, 4);
-  check_unary(L, Opc::Log, [](double v) { return std::log(v); }, 1e-30, 1e30, 4);
-  check_unary(L, Opc::Tanh, [](double v) { return std::tanh(v); }, -10, 10, 8);
-  check_unary(L, Opc::Sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }, -30, 30, 8);
-  check_unary(L, Opc::Erf, [](double v) { return std::erf(v); }, -5, 5, 16, 2e-7);
-  check_unary(L, Opc::Sin, [](double v) { return std::sin(v); }, -100, 100, 4, 1e-7);
-  check_unary(L, Opc::Cos, [](double v) { return std::cos(v); }, -100, 100, 4, 1e-7);
-  check_unary(L, Opc::Silu, [](double v) { return v / (1 + std::exp(-v)); }, -20, 20, 8, 1e-7);
-  check_unary(L, Opc::Gelu, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, -6, 6, 16, 1e-7);
+  check_unary(
+      L, Opc::Exp, [](double v) { return std::exp(v); }, -87, 88, 4);
+  check_unary(
+      L, Opc::Log, [](double v) { return std::log(v); }, 1e-30, 1e30, 4);
+  check_unary(
+      L, Opc::Tanh, [](double v) { return std::tanh(v); }, -10, 10, 8);
+  check_unary(
+      L, Opc::Sigmoid, [](double v) { return 1 / (1 + std::exp(-v)); }, -30, 30, 8);
+  check_unary(
+      L, Opc::Erf, [](double v) { return std::erf(v); }, -5, 5, 16, 2e-7);
+  check_unary(
+      L, Opc::Sin, [](double v) { return std::sin(v); }, -100, 100, 4, 1e-7);
+  check_unary(
+      L, Opc::Cos, [](double v) { return std::cos(v); }, -100, 100, 4, 1e-7);
+  check_unary(
+      L, Opc::Silu, [](double v) { return v / (1 + std::exp(-v)); }, -20, 20, 8, 1e-7);
+  check_unary(
+      L, Opc::Gelu, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }, -6, 6,
+      16, 1e-7);
 }
 
 TEST(CompilerVm, MathIsAccurateGeneric) { check_table(vm::loops_generic()); }
@@ -90,7 +102,8 @@ TEST(CompilerVm, Bf16AndF16ConversionsRoundToNearestEven) {
     L.store[static_cast<int>(t)](reinterpret_cast<char*>(h.data()), 2, x.data(), 1001);
     L.load[static_cast<int>(t)](back.data(), reinterpret_cast<const char*>(h.data()), 2, 1001);
     for (size_t i = 0; i < x.size(); ++i) {
-      const float want = t == DType::BFloat16 ? static_cast<float>(kernels::bf16(x[i])) : static_cast<float>(kernels::f16(x[i]));
+      const float want = t == DType::BFloat16 ? static_cast<float>(kernels::bf16(x[i]))
+                                              : static_cast<float>(kernels::f16(x[i]));
       ASSERT_EQ(back[i], want) << kernels::dtype_name(t) << " " << x[i];
     }
   }
@@ -101,19 +114,23 @@ TEST(CompilerVm, GemvMatchesDotProducts) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> d(-1, 1);
   const int64_t m = 3, n = 37, k = 203;
-  std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)), y(static_cast<size_t>(m * n));
+  std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
+      y(static_cast<size_t>(m * n));
   for (auto& v : x) v = d(rng);
   for (auto& v : w) v = d(rng);
   std::vector<uint16_t> wb(w.size());
   for (size_t i = 0; i < w.size(); ++i) wb[i] = kernels::bf16(w[i]).x;
   for (DType t : {DType::Float32, DType::BFloat16}) {
-    const void* wp = t == DType::Float32 ? static_cast<const void*>(w.data()) : static_cast<const void*>(wb.data());
+    const void* wp = t == DType::Float32 ? static_cast<const void*>(w.data())
+                                         : static_cast<const void*>(wb.data());
     L.gemv_rows(x.data(), m, k, wp, t, k, k, y.data(), n, 0, n);
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < n; ++j) {
         double want = 0;
         for (int64_t q = 0; q < k; ++q) {
-          const float wv = t == DType::Float32 ? w[static_cast<size_t>(j * k + q)] : static_cast<float>(kernels::bf16::from_bits(wb[static_cast<size_t>(j * k + q)]));
+          const float wv = t == DType::Float32 ? w[static_cast<size_t>(j * k + q)]
+                                               : static_cast<float>(kernels::bf16::from_bits(
+                                                     wb[static_cast<size_t>(j * k + q)]));
           want += static_cast<double>(x[static_cast<size_t>(r * k + q)]) * wv;
         }
         ASSERT_NEAR(y[static_cast<size_t>(r * n + j)], want, 1e-4) << kernels::dtype_name(t);
