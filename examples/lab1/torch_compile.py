@@ -5,7 +5,7 @@ TORCH_NEURONX_NEFF_CACHE_DIR, default /tmp/neff_cache) and runs as one launch on
 """
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 
 class SimpleModel(nn.Module):

@@ -8,14 +8,11 @@ import glob
 import logging
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
-from compile_helpers import fresh_compile  # noqa: F401
-from conftest import REPO
-
 import torch_neuronx
+from conftest import REPO
 from torch_neuronx import _C
 
 
@@ -25,7 +22,8 @@ def f_basic(x, y):
 
 def test_backend_is_registered():
     assert "neuron" in torch._dynamo.list_backends()
-    text = open(os.path.join(REPO, "pyproject.toml")).read()
+    with open(os.path.join(REPO, "pyproject.toml")) as f:
+        text = f.read()
     assert 'neuron = "torch_neuronx.neuron_dynamo_backend.backend:neuron_backend"' in text
 
 
@@ -134,7 +132,8 @@ def test_uncompilable_op_splits_the_graph(fresh_compile, tmp_path, monkeypatch, 
     assert "aten::cumsum.default" in m["fallback_ops"]
     assert m["graphs_compiled"] == 2  # before and after the eager op
     assert "run eagerly" in caplog.text and "aten::cumsum.default" in caplog.text
-    report = open(tmp_path / "dbg" / "proc_0" / "fallback_ops.txt").read()
+    with open(tmp_path / "dbg" / "proc_0" / "fallback_ops.txt") as f:
+        report = f.read()
     assert "aten::cumsum.default" in report
 
 
@@ -185,7 +184,7 @@ def test_artifacts_and_neff_dump(fresh_compile, tmp_path, monkeypatch):
     assert "NEFF format version 1" in text and "target: trn2" in text and "steps:" in text
     cli = os.path.join(REPO, "build", "csrc", "tools", "neff-dump")
     if os.path.exists(cli):
-        r = subprocess.run([cli, neff], capture_output=True, text=True)
+        r = subprocess.run([cli, neff], capture_output=True, text=True, check=False)
         assert r.returncode == 0 and "NEFF format version 1" in r.stdout
 
 

@@ -51,7 +51,7 @@ def test_lab1_example_prints_shapes_and_writes_a_neff(tmp_path):
     env["PYTHONPATH"] = os.path.join(REPO, "python")
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path)
     r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "lab1", "torch_compile.py")], capture_output=True,
-                       text=True, env=env, timeout=300)
+                       text=True, env=env, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.splitlines() == ["Input shape:  torch.Size([2, 10])", "Output shape: torch.Size([2, 5])"]
     assert "Warning" not in r.stderr, r.stderr

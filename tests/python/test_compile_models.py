@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import copy
 import glob
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
-from compile_helpers import fresh_compile, to_neuron  # noqa: F401
-from compile_models import MLP, Llama, LlamaConfig, SmallCNN, TransformerEncoder
-
 import torch_neuronx
+from compile_helpers import to_neuron
+from compile_models import MLP, Llama, LlamaConfig, SmallCNN, TransformerEncoder
 
 
 def _compare_forward(ref, inputs, rtol=1e-4, atol=1e-5):
@@ -146,7 +144,8 @@ def test_llama_prefill_and_static_kv_cache_decode(fresh_compile, tmp_path, monke
     assert metrics["graphs_compiled"] == 2  # prefill shape and decode shape
     # The decode program: attention fused per layer, KV-cache updates written in place.
     programs = sorted(glob.glob(str(tmp_path / "dbg" / "proc_0" / "ir" / "*" / "program.txt")))
-    decode = open(programs[-1]).read()
+    with open(programs[-1]) as f:
+        decode = f.read()
     assert decode.count(" attention ") == SMALL.layers
     assert decode.count(" index_put ") == 2 * SMALL.layers
     assert "mutation of input" not in decode

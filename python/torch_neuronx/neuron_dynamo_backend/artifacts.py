@@ -73,6 +73,5 @@ def report_fallback(name: str, ops: dict[str, str]) -> str:
     os.makedirs(proc_dir(), exist_ok=True)
     with open(p, "a") as f:
         f.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} graph {name}: {len(ops)} op(s) run eagerly\n")
-        for op, why in sorted(ops.items()):
-            f.write(f"{op}\t{why}\n")
+        f.writelines(f"{op}\t{why}\n" for op, why in sorted(ops.items()))
     return p

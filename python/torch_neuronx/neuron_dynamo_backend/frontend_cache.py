@@ -107,7 +107,7 @@ def _plain_inference(g: torch.fx.GraphModule, n_dynamo_inputs: int) -> bool:
     try:
         ctx = torch._guards.TracingContext.try_get()
         meta = ctx.fw_metadata if ctx is not None else None
-    except Exception:
+    except (AttributeError, RuntimeError):
         meta = None
     if meta is None:
         return False
@@ -122,7 +122,8 @@ def _plain_inference(g: torch.fx.GraphModule, n_dynamo_inputs: int) -> bool:
         return False
     if getattr(meta, "num_intermediate_bases", 0):
         return False
-    if any(i.mutates_data and not i.mutations_under_no_grad_or_inference_mode and not i.mutations_hidden_from_autograd
-           for i in meta.input_info if getattr(i, "requires_grad", False)):
-        return False
-    return True
+    return not any(
+        i.mutates_data and not i.mutations_under_no_grad_or_inference_mode and not i.mutations_hidden_from_autograd
+        for i in meta.input_info
+        if getattr(i, "requires_grad", False)
+    )

@@ -99,7 +99,7 @@ class Lowering:
             a["dtype"] = dtype_code(out_dtype)
         return self.node(op, inputs, a)[0]
 
-    def const(self, value: float | int | bool, dt: torch.dtype) -> int:
+    def const(self, value: float, dt: torch.dtype) -> int:
         if dt not in DTYPE:
             raise Unsupported(f"constant of dtype {dt}")
         if not _is_float(dt) and dt != torch.bool:
@@ -167,7 +167,7 @@ class Lowering:
         pos = len(self.placeholders)
         if val is None and self.examples is not None and pos < len(self.examples):
             ex = self.examples[pos]
-            if isinstance(ex, (int, float, bool)) or isinstance(ex, torch.SymInt):
+            if isinstance(ex, (int, float, bool, torch.SymInt)):
                 val = int(ex) if isinstance(ex, torch.SymInt) else ex
         if not isinstance(val, torch.Tensor):
             if isinstance(val, (int, float, bool)):
