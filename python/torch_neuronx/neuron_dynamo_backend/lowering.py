@@ -61,9 +61,12 @@ _OPAQUE: dict[str, Callable[[torch.fx.Node], str]] = {}
 
 
 def register_opaque_op(qualname: str, payload: Callable[[torch.fx.Node], str] | None = None) -> None:
-    """Makes the torch.library custom op ``qualname`` ("ns::op") one opaque node of compiled
-    graphs, run by the native kernel registered under the same name. ``payload(node)`` may
-    serialize non-tensor arguments for that kernel."""
+    """Makes the torch.library custom op ``qualname`` ("ns::op"), or a higher-order operator
+    of that name, one opaque node of compiled graphs, run by the native kernel registered
+    under the same name (C++ ``neuron::cc::dense::register_custom_kernel``). Its tensor
+    arguments (positional, then keyword, flattened) are the kernel's inputs, the node's tensor
+    results its outputs; ``payload(node)`` may serialize everything else (sizes, scalars, an
+    NKI program) into a string for the kernel."""
     _OPAQUE[qualname] = payload or (lambda node: "")
 
 
@@ -213,6 +216,8 @@ class Lowering:
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self.arg(v) for k, v in a.items()}
         return a
 
     def call(self, n: torch.fx.Node) -> Any:
@@ -223,8 +228,8 @@ class Lowering:
         rule = RULES.get(target)
         if rule is None and isinstance(target, torch._ops.OpOverload):
             rule = RULES.get(target.overloadpacket)
-            if rule is None and target.name() in _OPAQUE:
-                return self.opaque(n)
+        if rule is None and _opaque_name(target) in _OPAQUE:
+            return self.opaque(n)
         if rule is None:
             raise Unsupported(_target_name(target))
         val = n.meta.get("val")
@@ -236,14 +241,12 @@ class Lowering:
         return rule(self, n, *args, **kwargs)
 
     def opaque(self, n: torch.fx.Node) -> Any:
-        name = n.target.name()
+        name = _opaque_name(n.target)
         if not _C._cc.has_custom_kernel(name):
             raise Unsupported(f"{name} (custom op without a native kernel)")
-        ins = []
-        for a in n.args:
-            v = self.arg(a)
-            if isinstance(v, V):
-                ins.append(v)
+        # Tensor operands in argument order (kwargs too: higher-order ops such as NKI kernel
+        # wrappers pass their tensors there).
+        ins = [v for v in _flatten(self.arg(list(n.args) + list(n.kwargs.values()))) if isinstance(v, V)]
         outs = [o for o in _flatten(n.meta["val"]) if isinstance(o, torch.Tensor)]
         types = [(DTYPE[o.dtype], list(o.shape)) for o in outs]
         ids = self.node("custom", ins, {"target": name, "payload": _OPAQUE[name](n)}, types)
@@ -264,8 +267,24 @@ def _flatten(x):
     if isinstance(x, (list, tuple)):
         for y in x:
             yield from _flatten(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _flatten(y)
     else:
         yield x
+
+
+def _opaque_name(target) -> str:
+    """"ns::op" of a custom op overload, the name of a higher-order operator."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target.name()
+    name = getattr(target, "name", None)
+    if callable(name):
+        try:
+            return str(name())
+        except TypeError:
+            pass
+    return getattr(target, "__name__", str(target))
 
 
 def _target_name(t) -> str:
