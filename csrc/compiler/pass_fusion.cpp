@@ -191,46 +191,52 @@ CodegenResult trial(const Graph& g, const UseInfo& uses, std::vector<int> member
 
 PassStats fuse_elementwise(Graph& g, int max_members) {
   PassStats st;
-  // A single node whose inputs cannot be read by a kernel directly (a view that is not
-  // expressible on the domain) gets its input chains materialized by a copy first.
+  // A node whose inputs cannot be read by a kernel directly (a view chain whose reshape does
+  // not map onto the domain, e.g. reshape(transpose(x))[::3]) gets the inputs of the reshapes
+  // in that chain materialized by copies (a reshape of a contiguous buffer is always a view).
   for (int round = 0; round < 4; ++round) {
     UseInfo uses(g);
-    bool inserted = false;
-    std::vector<Node> out;
-    // Nodes are copied (not moved): trial bodies read their producers from g.nodes.
+    std::set<size_t> fix_reshapes;  // node indices of reshapes whose input gets a copy
     for (size_t i = 0; i < g.nodes.size(); ++i) {
-      Node n = g.nodes[i];
-      if (!fusable_node(g, n)) {
-        out.push_back(std::move(n));
-        continue;
-      }
+      const Node& n = g.nodes[i];
+      if (!fusable_node(g, n)) continue;
       const bool red = op_kind(n.op) == OpKind::Reduce;
       const Shape F = red ? g.type(n.inputs[0]).shape : g.type(n.outputs[0]).shape;
       CodegenResult r =
           trial(g, uses, {static_cast<int>(i)}, F, red ? reduce_mask(g, n) : std::vector<bool>{});
-      if (r.fused) {
-        out.push_back(std::move(n));
-        continue;
+      if (r.fused) continue;
+      bool found = false;
+      for (int v : n.inputs) {
+        for (int x = v; x >= 0;) {
+          const int p = uses.producer[static_cast<size_t>(x)];
+          if (p < 0 || op_kind(g.nodes[static_cast<size_t>(p)].op) != OpKind::Move) break;
+          const Node& mv = g.nodes[static_cast<size_t>(p)];
+          if (mv.op == Op::reshape && chain_root(g, uses, mv.inputs[0]) != mv.inputs[0]) {
+            fix_reshapes.insert(static_cast<size_t>(p));
+            found = true;
+          }
+          x = mv.inputs[0];
+        }
       }
-      bool fixed = false;
-      for (int& v : n.inputs) {
-        if (chain_root(g, uses, v) == v) continue;
-        Node c;
-        c.op = Op::copy;
-        c.inputs = {v};
-        c.outputs = {g.add_value(g.type(v))};
-        v = c.outputs[0];
-        out.push_back(std::move(c));
-        fixed = true;
-      }
-      if (!fixed)
+      if (!found)
         throw CompileError(
             rt::str("cannot generate a kernel for `", print_node(g, n), "`: ", r.why));
-      inserted = true;
+    }
+    if (fix_reshapes.empty()) break;
+    std::vector<Node> out;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node n = g.nodes[i];
+      if (fix_reshapes.count(i)) {
+        Node c;
+        c.op = Op::copy;
+        c.inputs = {n.inputs[0]};
+        c.outputs = {g.add_value(g.type(n.inputs[0]))};
+        n.inputs[0] = c.outputs[0];
+        out.push_back(std::move(c));
+      }
       out.push_back(std::move(n));
     }
     g.nodes = std::move(out);
-    if (!inserted) break;
   }
 
   UseInfo uses(g);

@@ -702,7 +702,7 @@ void write_code(ByteWriter& w, const std::vector<Instr>& code) {
 }
 
 std::vector<Instr> read_code(ByteReader& r) {
-  const uint64_t n = r.count("vm.code", 41);
+  const uint64_t n = r.count("vm.code", 37);
   std::vector<Instr> code(n);
   for (Instr& in : code) {
     const uint8_t op = r.u8("vm.op");

@@ -35,6 +35,7 @@ _KEEP = [
     aten.narrow,
     aten.index_select,
     aten._adaptive_avg_pool2d,
+    aten._adaptive_avg_pool2d_backward,
     aten.avg_pool2d_backward,
     aten.max_pool2d_with_indices_backward,
     aten.threshold_backward,

@@ -1033,6 +1033,18 @@ def _adaptive_avg(L, n, x, output_size):
     return L.op1("avg_pool", [x], {"kernel": k, "stride": k, "padding": [0, 0], "ceil_mode": 0, "count_include_pad": 1, "divisor": 0})
 
 
+@rule(aten._adaptive_avg_pool2d_backward)
+def _adaptive_avg_bwd(L, n, grad, x):
+    shape = L.type(x)[1]
+    gshape = L.type(grad)[1]
+    h, w, oh, ow = shape[-2], shape[-1], gshape[-2], gshape[-1]
+    if h % oh or w % ow:
+        raise Unsupported("adaptive pooling with uneven windows")
+    k = [h // oh, w // ow]
+    return L.op1("avg_pool_backward", [grad, x], {"kernel": k, "stride": k, "padding": [0, 0], "ceil_mode": 0,
+                                                   "count_include_pad": 1, "divisor": 0})
+
+
 def _pair(v):
     if isinstance(v, int):
         return [v, v]

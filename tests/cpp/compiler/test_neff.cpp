@@ -50,6 +50,23 @@ TEST(CompilerNeff, RoundTripKeepsEverything) {
   expect_close(run_program(back.program, in)[0], run_program(n.program, in2)[0], 0, 0);
 }
 
+TEST(CompilerNeff, RoundTripOfLargeKernels) {
+  // A long elementwise chain: the serialized kernel fills most of the NEFF, so every length
+  // check of the reader is exercised against the end of the data.
+  Graph g;
+  const int x = g.add_input(TensorType{DType::Float32, {4, 9}});
+  int y = x;
+  for (int i = 0; i < 200; ++i) y = g.add1(i % 2 ? Op::tanh : Op::sin, {y});
+  g.set_outputs({y});
+  Neff n;
+  n.program = compile(g, CompileOptions{}).program;
+  ASSERT_EQ(n.program.steps.size(), 1u);
+  ASSERT_GE(n.program.steps[0].kernel->body.size(), 200u);
+  const auto bytes = write_neff(n);
+  const Neff back = read_neff(bytes.data(), bytes.size(), "large");
+  EXPECT_EQ(describe(back.program), describe(n.program));
+}
+
 std::string read_error(std::vector<uint8_t> bytes) {
   try {
     read_neff(bytes.data(), bytes.size(), "f.neff");
