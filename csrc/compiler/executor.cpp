@@ -1,10 +1,15 @@
 // Runs a Program: one pass over its steps on the calling thread (a stream worker).
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <exception>
+#include <mutex>
 
 #include "dense.h"
 #include "error.h"
 #include "kernels/copy.h"
 #include "program.h"
+#include "runtime/env.h"
 
 namespace neuron::cc {
 
@@ -142,7 +147,33 @@ void run_step(const Step& s, const Buffers& b) {
   throw ExecError("unknown step kind");
 }
 
+constexpr int kKinds = static_cast<int>(StepKind::Custom) + 1;
+std::atomic<int> g_profiling{-1};  // -1: not read from the environment yet
+std::mutex g_prof_mu;
+std::array<std::pair<int64_t, double>, kKinds> g_prof{};
+
+bool profiling() {
+  int v = g_profiling.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = rt::getenv_bool("NEURON_EMU_PROFILE_COMPILED", false) ? 1 : 0;
+    g_profiling.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
 }  // namespace
+
+void set_step_profiling(bool on) { g_profiling.store(on ? 1 : 0); }
+
+std::vector<std::pair<std::string, std::pair<int64_t, double>>> step_profile(bool reset) {
+  std::lock_guard<std::mutex> lock(g_prof_mu);
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> r;
+  for (int k = 0; k < kKinds; ++k)
+    if (g_prof[static_cast<size_t>(k)].first)
+      r.push_back({step_kind_name(static_cast<StepKind>(k)), g_prof[static_cast<size_t>(k)]});
+  if (reset) g_prof = {};
+  return r;
+}
 
 void execute(const Program& p, const Buffers& b) {
   if (b.inputs.size() != p.inputs.size() || b.outputs.size() != p.outputs.size() ||
@@ -151,7 +182,18 @@ void execute(const Program& p, const Buffers& b) {
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];
     try {
-      run_step(s, b);
+      if (profiling()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run_step(s, b);
+        const double dt =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(g_prof_mu);
+        auto& e = g_prof[static_cast<size_t>(s.kind)];
+        ++e.first;
+        e.second += dt;
+      } else {
+        run_step(s, b);
+      }
     } catch (const std::exception& e) {
       throw ExecError(rt::str("compiled graph step #", i, " ", step_kind_name(s.kind), " (", s.name,
                               "): ", e.what()));

@@ -101,6 +101,11 @@ struct Buffers {
 // Errors are ExecError naming the step.
 void execute(const Program& p, const Buffers& b);
 
+// Per step-kind time spent by execute() since the last reset, when step profiling is on
+// (NEURON_EMU_PROFILE_COMPILED=1 or set_step_profiling(true)): kind -> (calls, seconds).
+void set_step_profiling(bool on);
+std::vector<std::pair<std::string, std::pair<int64_t, double>>> step_profile(bool reset);
+
 // Resolves a TensorDesc against concrete buffers.
 kernels::TensorRef resolve(const TensorDesc& d, const Buffers& b);
 

@@ -8,6 +8,7 @@ import glob
 import logging
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -232,3 +233,25 @@ def test_model_name_names_the_artifacts(fresh_compile, tmp_path, monkeypatch):
     torch.compile(f_basic, backend="neuron", options={"model_name": "my model"})(x.to("neuron"), y.to("neuron"))
     [neff] = glob.glob(str(tmp_path / "dbg" / "proc_0" / "neff" / "*.neff"))
     assert os.path.basename(neff).startswith("my_model_")
+
+
+def test_warm_start_index_distinguishes_constants(tmp_path):
+    """Graphs that differ only in a constant Dynamo burned in (a global float) must not share a
+    NEFF through the warm-start index; the same graph in a new process warm-starts."""
+    script = r"""
+import sys, torch, torch_neuronx
+scale = float(sys.argv[1])
+with torch.no_grad():
+    out = torch.compile(lambda x: x * scale, backend="neuron")(torch.ones(4, device="neuron")).cpu()
+print("OUT", out.tolist(), torch.neuron.get_dynamo_metrics()["warm_starts"])
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python")
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path)
+    outs = []
+    for v in ("2", "3", "2"):
+        r = subprocess.run([sys.executable, "-c", script, v], capture_output=True, text=True, env=env, timeout=300,
+                           check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(next(ln for ln in r.stdout.splitlines() if ln.startswith("OUT")))
+    assert outs == ["OUT [2.0, 2.0, 2.0, 2.0] 0", "OUT [3.0, 3.0, 3.0, 3.0] 0", "OUT [2.0, 2.0, 2.0, 2.0] 1"]

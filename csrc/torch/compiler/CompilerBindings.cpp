@@ -525,6 +525,16 @@ void init_compiler_bindings(py::module& parent) {
     return cc_errors(
         [&] { return cc::dump_neff(cc::read_neff(data.data(), data.size(), path), true); });
   });
+  m.def("set_step_profiling", [](bool on) { cc::set_step_profiling(on); });
+  m.def(
+      "step_profile",
+      [](bool reset) {
+        py::dict d;
+        for (const auto& [k, v] : cc::step_profile(reset))
+          d[py::str(k)] = py::make_tuple(v.first, v.second);
+        return d;
+      },
+      py::arg("reset") = true);
   m.def("has_custom_kernel",
         [](const std::string& name) { return cc::dense::has_custom_kernel(name); });
   // A native kernel for the custom-op test: out = a * scale + b (float32), scale from the payload.

@@ -39,9 +39,20 @@ def key(gm: torch.fx.GraphModule, inputs: Sequence[Any], training: bool) -> str 
     topo = _C._topology()
     h.update(f"{topo['instance_type']} lnc{topo['lnc']}\n".encode())
     h.update(gm.code.encode())
-    for name, buf in list(gm.named_buffers()) + list(gm.named_parameters()):
-        h.update(name.encode())
-        h.update(str((tuple(buf.shape), buf.dtype)).encode())
+    # Tensors the graph reads as attributes are baked into the NEFF: hash their contents.
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        obj = gm
+        for part in str(n.target).split("."):
+            obj = getattr(obj, part, None)
+        h.update(str(n.target).encode())
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().to("cpu").contiguous()
+            h.update(str((tuple(t.shape), t.dtype)).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(obj).encode())
     for x in inputs:
         if isinstance(x, torch.Tensor):
             h.update(str((tuple(x.shape), tuple(x.stride()), x.dtype, x.device.type, x.requires_grad)).encode())
