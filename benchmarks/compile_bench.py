@@ -163,7 +163,8 @@ m = torch.neuron.get_dynamo_metrics()
 print("RESULT " + json.dumps({{"first_call_s": t_first, "import_dynamo_s": t_import_dynamo,
       "import_torch_s": t_import_torch, "graphs_compiled": m["graphs_compiled"],
       "cache_hits_disk": m["cache_hits_disk"], "warm_starts": m["warm_starts"],
-      "compile_time_s": m["compile_time_s"], "cache_load_time_s": m["cache_load_time_s"]}}))
+      "compile_time_s": m["compile_time_s"], "cache_load_time_s": m["cache_load_time_s"],
+      "backend_time_s": m["backend_time_s"]}}))
 """
 
 
@@ -221,9 +222,11 @@ def main() -> None:
     cold, warm = ct["cold"], ct["warm"]
     print("Llama small, new processes (median of the runs)")
     print(f"  cold compile (empty cache)   : {cold['first_call_s']:6.2f} s to the first output "
-          f"(neuron compiler {cold['compile_time_s']:.2f} s; target <= 60 s)")
+          f"(backend incl. AOT autograd {cold['backend_time_s']:.2f} s, Neuron compiler "
+          f"{cold['compile_time_s']:.2f} s; target <= 60 s)")
     print(f"  warm start (disk cache)      : {warm['first_call_s']:6.2f} s to the first output "
-          f"(NEFF load {warm['cache_load_time_s'] * 1e3:.1f} ms; target <= 3 s)")
+          f"(backend {warm['backend_time_s'] * 1e3:.0f} ms, NEFF load {warm['cache_load_time_s'] * 1e3:.1f} ms, "
+          f"the rest is Dynamo tracing; target <= 3 s)")
     print(f"  one-time `import torch._dynamo`: {warm['import_dynamo_s']:.2f} s (not included above)")
     res["compile"] = ct
     path = write_result("compile_bench", res)

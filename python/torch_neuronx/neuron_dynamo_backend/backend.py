@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -276,6 +277,15 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode
                    options: dict | None = None, **kwargs) -> Callable:
     """The ``neuron`` torch.compile backend (registered through the ``torch_dynamo_backends``
     entry point and on import of torch_neuronx)."""
+    t0 = time.perf_counter()
+    try:
+        return _neuron_backend(gm, example_inputs, mode, options, **kwargs)
+    finally:
+        metrics.record_backend_time(time.perf_counter() - t0)
+
+
+def _neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None,
+                    options: dict | None, **kwargs) -> Callable:
     _skip_accelerator_patch()
     if mode not in (None, "default"):
         _warn_once(f"mode:{mode}", "torch.compile(backend='neuron', mode=%r): only mode='default' is supported; "

@@ -19,6 +19,7 @@ def _reset_py() -> None:
         aot_graphs={"inference": 0, "forward": 0, "backward": 0},
         neff_sources={"compiled": 0, "memory": 0, "disk": 0},
         warm_starts=0,
+        backend_time_s=0.0,
         fallback_ops={},
     )
 
@@ -46,6 +47,11 @@ def record_warm_start() -> None:
         _py["warm_starts"] += 1
 
 
+def record_backend_time(seconds: float) -> None:
+    with _lock:
+        _py["backend_time_s"] += seconds
+
+
 def record_fallback(ops: dict[str, str]) -> None:
     with _lock:
         for op in ops:
@@ -61,6 +67,7 @@ def get_dynamo_metrics() -> dict:
             aot_graphs=dict(_py["aot_graphs"]),
             neff_sources=dict(_py["neff_sources"]),
             warm_starts=_py["warm_starts"],
+            backend_time_s=_py["backend_time_s"],
             fallback_ops=dict(_py["fallback_ops"]),
         )
     m["cache_hits"] = m["cache_hits_memory"] + m["cache_hits_disk"]
