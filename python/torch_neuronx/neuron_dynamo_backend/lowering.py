@@ -855,6 +855,9 @@ def _softmax_bwd(L, n, grad, out, dim, input_dtype):
 def _sdpa(L, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, scale=None, **kw):
     if dropout_p:
         raise Unsupported("attention dropout")
+    for u in n.users:  # only the attention output itself (no logsumexp etc. for a backward)
+        if u.target is operator.getitem and u.args[1] != 0 and u.users:
+            raise Unsupported("attention statistics (training) are not produced by the fused kernel")
     qs = L.type(q)[1]
     if len(qs) != 4 or len(L.type(k)[1]) != 4:
         raise Unsupported("attention on non 4-D tensors")
@@ -871,6 +874,19 @@ def _sdpa(L, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, 
 
 
 RULES[aten.scaled_dot_product_attention] = _sdpa
+
+
+@rule(aten._scaled_dot_product_fused_attention_overrideable, aten._scaled_dot_product_efficient_attention)
+def _sdpa_fused(L, n, q, k, v, attn_bias=None, *args, **kw):
+    if n.target.overloadpacket is aten._scaled_dot_product_efficient_attention:
+        # (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
+        dropout_p = args[1] if len(args) > 1 else kw.get("dropout_p", 0.0)
+        is_causal = args[2] if len(args) > 2 else kw.get("is_causal", False)
+    else:
+        # (q, k, v, attn_bias, dropout_p, is_causal, return_debug_mask, *, scale)
+        dropout_p = args[0] if args else kw.get("dropout_p", 0.0)
+        is_causal = args[1] if len(args) > 1 else kw.get("is_causal", False)
+    return _sdpa(L, n, q, k, v, attn_bias, dropout_p, is_causal, scale=kw.get("scale"))
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu)
