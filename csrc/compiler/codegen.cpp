@@ -70,7 +70,7 @@ class Emitter {
     }
   }
 
-  FusedKernel finish(const Shape& F) {
+  FusedKernel finish() {
     FusedKernel fk;
     vm::Kernel& k = fk.kernel;
     fk.operand_buffer = operand_buffer_;
@@ -101,7 +101,7 @@ class Emitter {
       }
     }
     k.full_row = full_row;
-    layout_domain(&k, F);
+    layout_domain(&k);
     return fk;
   }
 
@@ -233,7 +233,6 @@ class Emitter {
       vi.in.hi = c;
       vi.dst = d;
       code_.push_back(vi);
-      iota_dims_.push_back(k);
       acc = acc < 0 ? d : op2(Opc::IAdd, true, acc, d);
     }
     if (acc < 0) return iconst(a.b);
@@ -951,8 +950,7 @@ class Emitter {
   }
 
   // ---- domain layout: inner dims last, merge dims, choose the row ----
-  void layout_domain(vm::Kernel* k, const Shape& F) {
-    (void)F;
+  void layout_domain(vm::Kernel* k) {
     std::vector<int64_t> size = dom_.size;
     std::vector<bool> inner = dom_.inner;
     std::vector<int> perm;
@@ -1058,7 +1056,6 @@ class Emitter {
   std::vector<vm::Instr> phys_;
   std::vector<vm::Operand> operands_;
   std::vector<int> operand_buffer_;
-  std::vector<int> iota_dims_;
 };
 
 }  // namespace
@@ -1088,7 +1085,7 @@ CodegenResult codegen_fused(const Graph& body, const Shape& F, const std::vector
     Emitter e(body, dom, inputs, outputs);
     try {
       e.run();
-      res.fused = e.finish(F);
+      res.fused = e.finish();
       return res;
     } catch (const EmitFail& f) {
       if (f.split_dim >= 0) {

@@ -636,8 +636,7 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           return {in(0)};
         }
         case Op::gather: {
-          const int64_t d = normalize_dim(n.attrs.i("dim"), in(0).rank(), "gather");
-          (void)d;
+          normalize_dim(n.attrs.i("dim"), in(0).rank(), "gather");
           if (in(1).rank() != in(0).rank() && in(0).rank() > 0)
             bad(n, "index must have the rank of the input");
           return {TensorType{in(0).dtype, in(1).shape}};

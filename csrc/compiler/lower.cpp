@@ -257,10 +257,9 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
           Buf{-1, static_cast<int>(i), sb, static_cast<int64_t>(i), static_cast<int64_t>(i)});
     }
   }
-  for (auto& [v, bi] : buf_of_value) {
-    for (int r : readers(g, uses, v)) bufs[bi].last = std::max<int64_t>(bufs[bi].last, r);
-    (void)v;
-  }
+  for (const auto& entry : buf_of_value)
+    for (int r : readers(g, uses, entry.first))
+      bufs[entry.second].last = std::max<int64_t>(bufs[entry.second].last, r);
   const int64_t end = static_cast<int64_t>(nn);
   auto extend_to_end = [&](int v) {
     auto it = buf_of_value.find(chain_root_of(g, uses, v));

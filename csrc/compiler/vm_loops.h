@@ -1121,13 +1121,13 @@ LoopTable make_table(const char* isa) {
   t.storei[static_cast<int>(DType::D)] = storei_t<T>;
   VM_DT(Bool, bool)
   VM_DT(UInt8, uint8_t)
-  VM_DT(Int8, int8_t) VM_DT(Int16, int16_t) VM_DT(Int32, int32_t) VM_DT(Int64, int64_t)
-      VM_DT(UInt16, uint16_t) VM_DT(UInt32, uint32_t) VM_DT(UInt64, uint64_t)
-          VM_DT(Float16, kernels::f16) VM_DT(BFloat16, kernels::bf16) VM_DT(Float32, float)
-              VM_DT(Float64, double) VM_DT(Float8_e4m3fn, kernels::f8e4m3fn)
-                  VM_DT(Float8_e5m2, kernels::f8e5m2)
+  VM_DT(Int8, int8_t)
+  VM_DT(Int16, int16_t) VM_DT(Int32, int32_t) VM_DT(Int64, int64_t) VM_DT(UInt16, uint16_t)
+      VM_DT(UInt32, uint32_t) VM_DT(UInt64, uint64_t) VM_DT(Float16, kernels::f16)
+          VM_DT(BFloat16, kernels::bf16) VM_DT(Float32, float) VM_DT(Float64, double)
+              VM_DT(Float8_e4m3fn, kernels::f8e4m3fn) VM_DT(Float8_e5m2, kernels::f8e5m2)
 #undef VM_DT
-                      t.fill = fill_f;
+                  t.fill = fill_f;
   t.ifill = fill_i;
   t.dot = dot_f;
   t.axpy = axpy_f;

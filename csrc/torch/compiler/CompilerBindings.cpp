@@ -330,11 +330,9 @@ class Executable {
     std::vector<at::Tensor> v;
     const cc::Program& p = neff_->program;
     for (size_t i = 0; i < p.constants.size(); ++i) {
-      const cc::IOSpec& s = p.constants[i];
       const auto& data = p.constant_data[i];
       at::Tensor cpu = at::empty({static_cast<int64_t>(data.size())}, at::kByte);
       if (!data.empty()) std::memcpy(cpu.data_ptr(), data.data(), data.size());
-      (void)s;
       v.push_back(cpu.to(dev));
     }
     return consts_.emplace(dev.index(), std::move(v)).first->second;
