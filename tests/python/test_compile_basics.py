@@ -255,3 +255,15 @@ print("OUT", out.tolist(), torch.neuron.get_dynamo_metrics()["warm_starts"])
         assert r.returncode == 0, r.stderr[-2000:]
         outs.append(next(ln for ln in r.stdout.splitlines() if ln.startswith("OUT")))
     assert outs == ["OUT [2.0, 2.0, 2.0, 2.0] 0", "OUT [3.0, 3.0, 3.0, 3.0] 0", "OUT [2.0, 2.0, 2.0, 2.0] 1"]
+
+
+def test_cpu_side_ops_stay_on_the_cpu(fresh_compile):
+    def fn(x):
+        y = x * 2
+        return y.cpu() + 1, y.sum()
+
+    x = torch.randn(4)
+    a, b = torch.compile(fn, backend="neuron")(x.to("neuron"))
+    assert a.device.type == "cpu" and b.device.type == "neuron"
+    torch.testing.assert_close(a, x * 2 + 1)
+    torch.testing.assert_close(b.cpu(), (x * 2).sum())

@@ -141,6 +141,13 @@ class Lowering:
 
     # ---- driving -------------------------------------------------------------------------
     def run(self) -> None:
+        # A graph that works on neuron tensors keeps its CPU-side ops (values the user moved to
+        # the CPU) eager; a graph of CPU tensors only is compiled whole (its inputs are copied in).
+        self.neuron_graph = any(
+            isinstance(v, torch.Tensor) and v.device.type == "neuron"
+            for n in self.gm.graph.nodes
+            for v in _flatten(n.meta.get("val"))
+        )
         for n in self.gm.graph.nodes:
             if n.op == "placeholder":
                 self.placeholder(n)
@@ -236,6 +243,8 @@ class Lowering:
         for v in _flatten(val):
             if isinstance(v, torch.Tensor) and v.dtype not in DTYPE:
                 raise Unsupported(f"{_target_name(target)} producing {v.dtype}")
+            if isinstance(v, torch.Tensor) and self.neuron_graph and v.device.type != "neuron":
+                raise Unsupported(f"{_target_name(target)} on {v.device.type}")
         args = [self.arg(a) for a in n.args]
         kwargs = {k: self.arg(v) for k, v in n.kwargs.items()}
         return rule(self, n, *args, **kwargs)
@@ -496,6 +505,10 @@ def _clone(L, n, x, *args, **kw):
 
 @rule(aten._to_copy, prims.convert_element_type, aten.to)
 def _to_copy(L, n, x, *args, **kw):
+    src = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
+    dst = n.meta.get("val")
+    if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.device.type != dst.device.type:
+        raise Unsupported(f"a copy from {src.device.type} to {dst.device.type}")
     return L.cast(x, _out_dtype(n)) if L.type(x)[0] != _out_dtype(n) else L.op1("copy", [x])
 
 
