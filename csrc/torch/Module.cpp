@@ -18,6 +18,7 @@ namespace py = pybind11;
 
 namespace neuron::torch_glue {
 void bind_distributed(py::module_& m);
+void init_compiler_bindings(py::module& m);  // compiler/CompilerBindings.cpp
 namespace {
 
 template <typename F>
@@ -56,6 +57,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace neuron;
   using namespace neuron::torch_glue;
   m.doc() = "neuron-emu: the native part of torch_neuronx";
+  init_compiler_bindings(m);
 
   m.def("_device_count", [] {
     try {

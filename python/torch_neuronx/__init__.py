@@ -18,6 +18,8 @@ _register_device()
 
 from . import distributed, neuron  # noqa: E402  (need the registered device)
 from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
+from .neuron_dynamo_backend import _install as _install_dynamo_backend  # noqa: E402
+from .neuron_dynamo_backend import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402
 from .neuron import (  # noqa: E402
     Event,
     Stream,
@@ -58,6 +60,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
 
 
+_install_dynamo_backend()
+
+
 def is_neuron_runtime_initialized() -> bool:
     """True once the emulated Neuron runtime has started in this process."""
     return bool(_C._is_initialized())
@@ -79,6 +84,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_executed_ops",
     "get_fallback_ops",
     "is_neuron_runtime_initialized",
@@ -91,6 +97,7 @@ __all__ = [
     "neuron",
     "nki",
     "nki_op",
+    "reset_dynamo_metrics",
     "reset_peak_memory_stats",
     "set_device",
     "set_stream",

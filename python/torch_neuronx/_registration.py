@@ -60,9 +60,8 @@ def _patch_current_accelerator() -> None:
     def current_accelerator(check_available: bool = False):
         dev = original(check_available)
         if dev is not None and dev.type == "neuron" and dev.index is None:
-            from . import _C
-
-            return torch.device("neuron", _C._current_device())
+            # torch's own binding (not ours) so that Dynamo can trace through this function.
+            return torch.device("neuron", torch._C._accelerator_getDeviceIndex())
         return dev
 
     current_accelerator.__doc__ = original.__doc__

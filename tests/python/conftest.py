@@ -33,3 +33,22 @@ def _clean_state():
     torch_neuronx.clear_op_tracking()
     yield
     torch.neuron.synchronize()
+
+
+@pytest.fixture
+def fresh_compile(tmp_path, monkeypatch):
+    """torch.compile tests: a private NEFF cache, empty in-memory caches, Dynamo and the
+    neuron compile metrics reset, warnings re-armed."""
+    from torch_neuronx import _C
+    from torch_neuronx.neuron_dynamo_backend import backend
+
+    cache = tmp_path / "neff_cache"
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TORCH_NEURONX_DEBUG_DIR", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", raising=False)
+    torch._dynamo.reset()
+    _C._cc.clear_memory_cache()
+    torch.neuron.reset_dynamo_metrics()
+    backend._warned.clear()
+    yield cache
+    torch._dynamo.reset()

@@ -61,6 +61,21 @@ from .streams import (
 )
 
 
+def get_dynamo_metrics() -> dict:
+    """Counters of ``torch.compile(backend="neuron")``: graphs compiled, NEFF cache hits and
+    misses, compile time, eager fallbacks."""
+    from ..neuron_dynamo_backend.metrics import get_dynamo_metrics as _get
+
+    return _get()
+
+
+def reset_dynamo_metrics() -> None:
+    """Resets the counters returned by :func:`get_dynamo_metrics`."""
+    from ..neuron_dynamo_backend.metrics import reset_dynamo_metrics as _reset
+
+    _reset()
+
+
 def _sleep(cycles: int) -> None:
     """No-op kept for API compatibility (the real device spins for `cycles`)."""
 
@@ -86,6 +101,7 @@ __all__ = [
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_rng_state",
     "get_rng_state_all",
     "init",
@@ -105,6 +121,7 @@ __all__ = [
     "memory_summary",
     "record_event",
     "reset_accumulated_memory_stats",
+    "reset_dynamo_metrics",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",

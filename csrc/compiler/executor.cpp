@@ -1,0 +1,204 @@
+// Runs a Program: one pass over its steps on the calling thread (a stream worker).
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+
+#include "dense.h"
+#include "error.h"
+#include "kernels/copy.h"
+#include "program.h"
+#include "runtime/env.h"
+
+namespace neuron::cc {
+
+namespace {
+
+void run_kernel(const Step& s, const Buffers& b) {
+  std::vector<char*> bases(s.kernel_buffers.size());
+  for (size_t o = 0; o < bases.size(); ++o)
+    bases[o] =
+        static_cast<char*>(resolve(s.tensors[static_cast<size_t>(s.kernel_buffers[o])], b).data);
+  vm::run(*s.kernel, bases.data());
+}
+
+dense::PoolParams pool_params(const Step& s, bool maxp) {
+  dense::PoolParams p;
+  const auto& v = s.ints;
+  p.kernel = {v[0], v[1]};
+  p.stride = {v[2], v[3]};
+  p.padding = {v[4], v[5]};
+  if (maxp) {
+    p.dilation = {v[6], v[7]};
+    p.ceil_mode = v[8] != 0;
+  } else {
+    p.ceil_mode = v[6] != 0;
+    p.count_include_pad = v[7] != 0;
+    p.divisor = v[8];
+  }
+  return p;
+}
+
+void run_step(const Step& s, const Buffers& b) {
+  auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
+  switch (s.kind) {
+    case StepKind::Fused:
+      run_kernel(s, b);
+      return;
+    case StepKind::Gemm:
+      dense::matmul(T(0), T(1), T(2));
+      if (s.kernel) run_kernel(s, b);
+      return;
+    case StepKind::Attention: {
+      dense::AttentionArgs a;
+      a.q = T(0);
+      a.k = T(1);
+      a.v = T(2);
+      a.out = T(3);
+      kernels::TensorRef mask;
+      if (s.tensors.size() > 4) {
+        mask = T(4);
+        a.mask = &mask;
+      }
+      a.scale = static_cast<float>(s.floats.at(0));
+      a.causal = s.ints.at(0) != 0;
+      a.zero_masked_rows = s.ints.at(1) != 0;
+      dense::attention(a);
+      return;
+    }
+    case StepKind::Index: {
+      std::vector<kernels::TensorRef> idx;
+      std::vector<int> dims;
+      for (size_t i = 2; i < s.tensors.size(); ++i) {
+        idx.push_back(T(i));
+        dims.push_back(static_cast<int>(s.ints.at(i - 2)));
+      }
+      dense::index(T(0), T(1), idx, dims);
+      return;
+    }
+    case StepKind::IndexPut: {
+      std::vector<kernels::TensorRef> idx;
+      std::vector<int> dims;
+      for (size_t i = 3; i < s.tensors.size(); ++i) {
+        idx.push_back(T(i));
+        dims.push_back(static_cast<int>(s.ints.at(i - 1)));
+      }
+      dense::index_put(T(0), T(1), T(2), idx, dims, s.ints.at(0) != 0, s.ints.at(1) != 0);
+      return;
+    }
+    case StepKind::Gather:
+      dense::gather(T(0), T(1), T(2), static_cast<int>(s.ints.at(0)));
+      return;
+    case StepKind::Scatter:
+      dense::scatter(T(0), T(1), T(2), T(3), static_cast<int>(s.ints.at(0)), s.ints.at(1) != 0,
+                     s.ints.at(2) != 0);
+      return;
+    case StepKind::SliceScatter:
+      dense::slice_scatter(T(0), T(1), T(2), static_cast<int>(s.ints.at(0)), s.ints.at(1),
+                           s.ints.at(2), s.ints.at(3), s.ints.at(4) != 0);
+      return;
+    case StepKind::Copy:
+      kernels::copy(T(1), T(0));
+      return;
+    case StepKind::Conv:
+    case StepKind::ConvBackward: {
+      const size_t nsp = static_cast<size_t>(s.ints.at(0));
+      dense::ConvParams p;
+      for (size_t i = 0; i < nsp; ++i) {
+        p.stride.push_back(s.ints.at(1 + i));
+        p.padding.push_back(s.ints.at(1 + nsp + i));
+        p.dilation.push_back(s.ints.at(1 + 2 * nsp + i));
+      }
+      p.groups = s.ints.at(1 + 3 * nsp);
+      if (s.kind == StepKind::Conv) {
+        const bool has_bias = s.ints.at(2 + 3 * nsp) != 0;
+        kernels::TensorRef bias;
+        if (has_bias) bias = T(2);
+        dense::conv(T(0), T(1), has_bias ? &bias : nullptr, T(has_bias ? 3 : 2), p);
+      } else {
+        kernels::TensorRef gi = T(3), gw = T(4), gb = T(5);
+        const size_t m = 2 + 3 * nsp;
+        dense::conv_backward(T(0), T(1), T(2), s.ints.at(m) ? &gi : nullptr,
+                             s.ints.at(m + 1) ? &gw : nullptr, s.ints.at(m + 2) ? &gb : nullptr, p);
+      }
+      return;
+    }
+    case StepKind::MaxPool:
+      dense::max_pool(T(0), T(1), T(2), pool_params(s, true));
+      return;
+    case StepKind::MaxPoolBackward:
+      dense::max_pool_backward(T(0), T(1), T(2));
+      return;
+    case StepKind::AvgPool:
+      dense::avg_pool(T(0), T(1), pool_params(s, false));
+      return;
+    case StepKind::AvgPoolBackward:
+      dense::avg_pool_backward(T(0), T(1), pool_params(s, false));
+      return;
+    case StepKind::Custom: {
+      const size_t nin = static_cast<size_t>(s.ints.at(0));
+      std::vector<kernels::TensorRef> ins, outs;
+      for (size_t i = 0; i < s.tensors.size(); ++i) (i < nin ? ins : outs).push_back(T(i));
+      dense::custom_kernel(s.text)(ins, outs, s.payload);
+      return;
+    }
+  }
+  throw ExecError("unknown step kind");
+}
+
+constexpr int kKinds = static_cast<int>(StepKind::Custom) + 1;
+std::atomic<int> g_profiling{-1};  // -1: not read from the environment yet
+std::mutex g_prof_mu;
+std::array<std::pair<int64_t, double>, kKinds> g_prof{};
+
+bool profiling() {
+  int v = g_profiling.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = rt::getenv_bool("NEURON_EMU_PROFILE_COMPILED", false) ? 1 : 0;
+    g_profiling.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+}  // namespace
+
+void set_step_profiling(bool on) { g_profiling.store(on ? 1 : 0); }
+
+std::vector<std::pair<std::string, std::pair<int64_t, double>>> step_profile(bool reset) {
+  std::lock_guard<std::mutex> lock(g_prof_mu);
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> r;
+  for (int k = 0; k < kKinds; ++k)
+    if (g_prof[static_cast<size_t>(k)].first)
+      r.push_back({step_kind_name(static_cast<StepKind>(k)), g_prof[static_cast<size_t>(k)]});
+  if (reset) g_prof = {};
+  return r;
+}
+
+void execute(const Program& p, const Buffers& b) {
+  if (b.inputs.size() != p.inputs.size() || b.outputs.size() != p.outputs.size() ||
+      b.constants.size() != p.constants.size())
+    throw ExecError("compiled program: buffer count mismatch");
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    try {
+      if (profiling()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        run_step(s, b);
+        const double dt =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(g_prof_mu);
+        auto& e = g_prof[static_cast<size_t>(s.kind)];
+        ++e.first;
+        e.second += dt;
+      } else {
+        run_step(s, b);
+      }
+    } catch (const std::exception& e) {
+      throw ExecError(rt::str("compiled graph step #", i, " ", step_kind_name(s.kind), " (", s.name,
+                              "): ", e.what()));
+    }
+  }
+}
+
+}  // namespace neuron::cc

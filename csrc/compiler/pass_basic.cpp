@@ -1,0 +1,359 @@
+// DCE, CSE, canonicalization and composite expansion.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "passes.h"
+
+namespace neuron::cc {
+
+void replace_uses(Graph& g, int from, int to) {
+  for (Node& n : g.nodes)
+    for (int& v : n.inputs)
+      if (v == from) v = to;
+  for (int& v : g.outputs)
+    if (v == from) v = to;
+  for (Mutation& m : g.mutations)
+    if (m.value == from) m.value = to;
+}
+
+bool is_contiguous_layout(const Shape& shape, const std::vector<int64_t>& strides) {
+  if (strides.empty()) return true;
+  int64_t expect = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    const size_t d = static_cast<size_t>(i);
+    if (shape[d] != 1 && strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+std::vector<int64_t> layout_of(const Graph& g, int value) {
+  for (int in : g.inputs)
+    if (in == value) return g.strides_of(value);
+  for (int out : g.outputs)
+    if (out == value) return g.strides_of(value);
+  return contiguous_strides(g.type(value).shape);
+}
+
+// ---------------------------------------------------------------------------------------
+
+PassStats dce(Graph& g) {
+  PassStats st;
+  std::vector<bool> live(g.values.size(), false);
+  for (int v : g.outputs) live[static_cast<size_t>(v)] = true;
+  for (const Mutation& m : g.mutations) live[static_cast<size_t>(m.value)] = true;
+  std::vector<bool> keep(g.nodes.size(), false);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    bool used = false;
+    for (int o : n.outputs)
+      if (live[static_cast<size_t>(o)]) used = true;
+    if (!used) continue;
+    keep[i] = true;
+    for (int v : n.inputs)
+      if (v >= 0) live[static_cast<size_t>(v)] = true;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (keep[i]) {
+      kept.push_back(std::move(g.nodes[i]));
+    } else {
+      ++st.changed;
+    }
+  }
+  g.nodes = std::move(kept);
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+struct NodeKey {
+  Op op;
+  std::vector<int> inputs;
+  std::vector<std::pair<std::string, AttrValue>> attrs;
+  std::vector<TensorType> types;
+  const std::vector<uint8_t>* blob = nullptr;
+  bool operator<(const NodeKey& o) const {
+    if (op != o.op) return op < o.op;
+    if (inputs != o.inputs) return inputs < o.inputs;
+    if (attrs != o.attrs) return attrs < o.attrs;
+    if (types.size() != o.types.size()) return types.size() < o.types.size();
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i].dtype != o.types[i].dtype) return types[i].dtype < o.types[i].dtype;
+      if (types[i].shape != o.types[i].shape) return types[i].shape < o.types[i].shape;
+    }
+    if ((blob == nullptr) != (o.blob == nullptr)) return blob == nullptr;
+    if (blob && *blob != *o.blob) return *blob < *o.blob;
+    return false;
+  }
+};
+
+}  // namespace
+
+PassStats cse(Graph& g) {
+  PassStats st;
+  std::map<NodeKey, size_t> seen;
+  std::vector<Node> kept;
+  for (Node& n : g.nodes) {
+    if (n.body || op_kind(n.op) == OpKind::Custom) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    NodeKey key;
+    key.op = n.op;
+    key.inputs = n.inputs;
+    for (const auto& kv : n.attrs.items())
+      if (kv.first != "blob") key.attrs.push_back(kv);
+    for (int o : n.outputs) key.types.push_back(g.type(o));
+    if (n.op == Op::constant && n.attrs.has("blob"))
+      key.blob = &g.blobs[static_cast<size_t>(n.attrs.i("blob"))];
+    auto it = seen.find(key);
+    if (it != seen.end()) {
+      const Node& prev = kept[it->second];
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        const int from = n.outputs[i], to = prev.outputs[i];
+        for (Node& k : kept)
+          for (int& v : k.inputs)
+            if (v == from) v = to;
+        // Later nodes are rewritten as they are visited.
+        for (Node& later : g.nodes)
+          for (int& v : later.inputs)
+            if (v == from) v = to;
+        for (int& v : g.outputs)
+          if (v == from) v = to;
+        for (Mutation& m : g.mutations)
+          if (m.value == from) m.value = to;
+      }
+      ++st.changed;
+      continue;
+    }
+    seen.emplace(std::move(key), kept.size());
+    kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------
+
+PassStats canonicalize(Graph& g) {
+  PassStats st;
+  bool again = true;
+  while (again) {
+    again = false;
+    UseInfo uses(g);
+    for (Node& n : g.nodes) {
+      if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] < 0) continue;
+      const int in = n.inputs[0], out = n.outputs[0];
+      const TensorType& it = g.type(in);
+      const TensorType& ot = g.type(out);
+      bool identity = false;
+      switch (n.op) {
+        case Op::cast:
+        case Op::copy:
+          identity = it == ot;
+          break;
+        case Op::reshape:
+        case Op::expand:
+          identity = it.shape == ot.shape;
+          break;
+        case Op::permute: {
+          const auto& p = n.attrs.ints("perm");
+          identity = true;
+          for (size_t i = 0; i < p.size(); ++i)
+            if (p[i] != static_cast<int64_t>(i) && it.shape[static_cast<size_t>(p[i])] != 1)
+              identity = false;
+          identity = identity && it.shape == ot.shape;
+          // A permute that only moves size-1 dims is a reshape.
+          if (!identity) {
+            Shape a, b;
+            for (int64_t s : it.shape)
+              if (s != 1) a.push_back(s);
+            bool order_kept = true;
+            int64_t last = -1;
+            for (int64_t d : p) {
+              if (it.shape[static_cast<size_t>(d)] == 1) continue;
+              if (d < last) order_kept = false;
+              last = d;
+            }
+            if (order_kept) {
+              n.op = Op::reshape;
+              Attrs at;
+              at.set("shape", ot.shape);
+              n.attrs = at;
+              ++st.changed;
+              again = true;
+            }
+          }
+          break;
+        }
+        case Op::slice:
+          identity = it.shape == ot.shape && n.attrs.i("start") == 0 && n.attrs.i("step", 1) == 1;
+          break;
+        default:
+          break;
+      }
+      if (identity) {
+        // Never make an output name an input directly here: lowering copies if needed.
+        replace_uses(g, out, in);
+        ++st.changed;
+        again = true;
+        continue;
+      }
+      // reshape(reshape(x)) -> reshape(x); permute(permute(x)) -> permute(x)
+      const int p = uses.producer[static_cast<size_t>(in)];
+      if (p < 0) continue;
+      const Node& prev = g.nodes[static_cast<size_t>(p)];
+      if (n.op == Op::reshape && prev.op == Op::reshape) {
+        n.inputs[0] = prev.inputs[0];
+        ++st.changed;
+        again = true;
+      } else if (n.op == Op::permute && prev.op == Op::permute) {
+        const auto& p1 = prev.attrs.ints("perm");
+        const auto& p2 = n.attrs.ints("perm");
+        std::vector<int64_t> comp(p2.size());
+        for (size_t i = 0; i < p2.size(); ++i) comp[i] = p1[static_cast<size_t>(p2[i])];
+        n.attrs.set("perm", comp);
+        n.inputs[0] = prev.inputs[0];
+        ++st.changed;
+        again = true;
+      } else if (n.op == Op::cast && prev.op == Op::cast) {
+        // cast(cast(x, wider), narrower-or-same) where the first cast is exact -> cast(x)
+        const DType a = g.type(prev.inputs[0]).dtype, b = it.dtype, c = ot.dtype;
+        const bool exact_widen =
+            (a == DType::BFloat16 || a == DType::Float16) && b == DType::Float32;
+        if (exact_widen &&
+            (c == a || c == DType::Float32 || c == DType::BFloat16 || c == DType::Float16)) {
+          n.inputs[0] = prev.inputs[0];
+          ++st.changed;
+          again = true;
+        }
+      }
+    }
+    if (again) dce(g);
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+struct Rewriter {
+  Graph& g;
+  std::vector<Node> out;
+  int add(Op op, std::vector<int> ins, Attrs attrs = {}) {
+    Node probe;
+    probe.op = op;
+    probe.inputs = ins;
+    probe.attrs = attrs;
+    std::vector<TensorType> types = infer_types(g, probe);
+    Node n;
+    n.op = op;
+    n.inputs = std::move(ins);
+    n.attrs = std::move(attrs);
+    for (auto& t : types) n.outputs.push_back(g.add_value(std::move(t)));
+    out.push_back(std::move(n));
+    return out.back().outputs[0];
+  }
+  int scalar(double v, DType t) {
+    Attrs a;
+    a.set("value", v);
+    a.set("dtype", static_cast<int64_t>(t));
+    a.set("shape", std::vector<int64_t>{});
+    Node n;
+    n.op = Op::constant;
+    n.attrs = a;
+    n.outputs.push_back(g.add_value(TensorType{t, {}}));
+    out.push_back(std::move(n));
+    return out.back().outputs[0];
+  }
+  int cast(int v, DType t) {
+    if (g.type(v).dtype == t) return v;
+    Attrs a;
+    a.set("dtype", static_cast<int64_t>(t));
+    return add(Op::cast, {v}, a);
+  }
+  int reduce(Op op, int v, int64_t dim) {
+    Attrs a;
+    a.set("dims", std::vector<int64_t>{dim});
+    a.set("keepdim", int64_t{1});
+    return add(op, {v}, a);
+  }
+  int bin(Op op, int a, int b) { return add(op, {a, b}); }
+  int un(Op op, int a) { return add(op, {a}); }
+};
+
+DType compute_dtype(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+}  // namespace
+
+PassStats expand_composites(Graph& g) {
+  PassStats st;
+  Rewriter rw{g, {}};
+  std::vector<Node> nodes = std::move(g.nodes);
+  g.nodes.clear();
+  for (Node& n : nodes) {
+    if (op_kind(n.op) != OpKind::Composite) {
+      rw.out.push_back(std::move(n));
+      continue;
+    }
+    ++st.changed;
+    const int x = n.inputs[0];
+    const TensorType& xt = g.type(x);
+    const int64_t dim = normalize_dim(n.attrs.i("dim"), xt.rank(), op_name(n.op));
+    const DType out_dt = g.type(n.outputs[0]).dtype;
+    const DType ct = compute_dtype(out_dt);
+    int result = -1;
+    switch (n.op) {
+      case Op::softmax: {
+        const int xf = rw.cast(x, ct);
+        const int m = rw.reduce(Op::amax, xf, dim);
+        const int e = rw.un(Op::exp, rw.bin(Op::sub, xf, m));
+        const int s = rw.reduce(Op::sum, e, dim);
+        result = rw.cast(rw.bin(Op::div, e, s), out_dt);
+        break;
+      }
+      case Op::log_softmax: {
+        const int xf = rw.cast(x, ct);
+        const int m = rw.reduce(Op::amax, xf, dim);
+        const int sh = rw.bin(Op::sub, xf, m);
+        const int s = rw.reduce(Op::sum, rw.un(Op::exp, sh), dim);
+        result = rw.cast(rw.bin(Op::sub, sh, rw.un(Op::log, s)), out_dt);
+        break;
+      }
+      case Op::softmax_backward: {
+        const int gr = rw.cast(x, ct), y = rw.cast(n.inputs[1], ct);
+        const int gy = rw.bin(Op::mul, gr, y);
+        const int s = rw.reduce(Op::sum, gy, dim);
+        result = rw.cast(rw.bin(Op::mul, y, rw.bin(Op::sub, gr, s)), out_dt);
+        break;
+      }
+      case Op::log_softmax_backward: {
+        const int gr = rw.cast(x, ct), y = rw.cast(n.inputs[1], ct);
+        const int s = rw.reduce(Op::sum, gr, dim);
+        result = rw.cast(rw.bin(Op::sub, gr, rw.bin(Op::mul, rw.un(Op::exp, y), s)), out_dt);
+        break;
+      }
+      default:
+        throw CompileError(rt::str("no expansion for '", op_name(n.op), "'"));
+    }
+    // The expansion's result replaces the node's value in later nodes.
+    const int old = n.outputs[0];
+    for (Node& later : nodes)
+      for (int& v : later.inputs)
+        if (v == old) v = result;
+    for (int& v : g.outputs)
+      if (v == old) v = result;
+    for (Mutation& m : g.mutations)
+      if (m.value == old) m.value = result;
+  }
+  g.nodes = std::move(rw.out);
+  return st;
+}
+
+}  // namespace neuron::cc

@@ -1,0 +1,1147 @@
+// The per-op inner loops of the fused-kernel VM and the compiler's dense kernels (GEMV, dot,
+// axpy), as one self-contained unit: vm_loops_generic.cpp and vm_loops_avx2.cpp include the
+// implementation part of this header (VM_LOOPS_IMPL) with different target flags, and
+// loops() picks the best table for the running CPU once. Swapping these loops for other
+// vectorized implementations only requires filling a LoopTable.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace neuron::cc::vm {
+
+// Binary/ternary broadcast modes: bit i set = operand i is a scalar (one value).
+using UnaryFn = void (*)(float* d, const float* a, int64_t n);
+using BinaryFn = void (*)(float* d, const float* a, const float* b, int64_t n, int mode);
+using IUnaryFn = void (*)(int64_t* d, const int64_t* a, int64_t n);
+using IBinaryFn = void (*)(int64_t* d, const int64_t* a, const int64_t* b, int64_t n, int mode);
+using ICmpFn = void (*)(float* d, const int64_t* a, const int64_t* b, int64_t n, int mode);
+// Strided loads/stores with conversion; strides in bytes (== element size: contiguous).
+using LoadFn = void (*)(float* d, const char* p, int64_t stride, int64_t n);
+using LoadIFn = void (*)(int64_t* d, const char* p, int64_t stride, int64_t n);
+using StoreFn = void (*)(char* p, int64_t stride, const float* s, int64_t n);
+using StoreIFn = void (*)(char* p, int64_t stride, const int64_t* s, int64_t n);
+
+constexpr int kNumDTypes = static_cast<int>(kernels::DType::Undefined);
+constexpr int kMaxOpc = 128;
+
+struct LoopTable {
+  const char* isa = "generic";
+  UnaryFn funary[kMaxOpc] = {};
+  BinaryFn fbinary[kMaxOpc] = {};
+  IUnaryFn iunary[kMaxOpc] = {};
+  IBinaryFn ibinary[kMaxOpc] = {};
+  ICmpFn icmp[kMaxOpc] = {};
+  void (*where)(float* d, const float* c, const float* a, const float* b, int64_t n,
+                int mode) = nullptr;
+  void (*iwhere)(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n,
+                 int mode) = nullptr;
+  void (*i2f)(float* d, const int64_t* a, int64_t n) = nullptr;
+  void (*f2i)(int64_t* d, const float* a, int64_t n) = nullptr;
+  float (*rsum)(const float* a, int64_t n) = nullptr;
+  float (*rmax)(const float* a, int64_t n) = nullptr;  // NaN-propagating
+  float (*rmin)(const float* a, int64_t n) = nullptr;
+  float (*rprod)(const float* a, int64_t n) = nullptr;
+  int64_t (*risum)(const int64_t* a, int64_t n) = nullptr;
+  int64_t (*rimax)(const int64_t* a, int64_t n) = nullptr;
+  int64_t (*rimin)(const int64_t* a, int64_t n) = nullptr;
+  int64_t (*riprod)(const int64_t* a, int64_t n) = nullptr;
+  // Updates (best, idx) with the first max (min) of a[0..n) at global index base + i; NaN wins.
+  void (*rargmax)(const float* a, int64_t n, int64_t base, float* best, int64_t* idx) = nullptr;
+  void (*rargmin)(const float* a, int64_t n, int64_t base, float* best, int64_t* idx) = nullptr;
+  LoadFn load[kNumDTypes] = {};
+  LoadIFn loadi[kNumDTypes] = {};
+  StoreFn store[kNumDTypes] = {};
+  StoreIFn storei[kNumDTypes] = {};
+  void (*fill)(float* d, float v, int64_t n) = nullptr;
+  void (*ifill)(int64_t* d, int64_t v, int64_t n) = nullptr;
+  // Dense helpers for GEMV and attention.
+  float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+  void (*axpy)(float* y, float a, const float* x, int64_t n) = nullptr;  // y += a * x
+  void (*scale)(float* y, float a, int64_t n) = nullptr;                 // y *= a
+  // y[j] = sum_k x[r][k] * W[j][k] for rows r < m (m <= 8), j in [j0, j1); W rows of
+  // `wdtype` (f32/bf16/f16) with row stride ldw elements; x fp32 rows of k with stride ldx;
+  // y fp32 rows with stride ldy.
+  void (*gemv_rows)(const float* x, int64_t m, int64_t ldx, const void* w, kernels::DType wdtype,
+                    int64_t ldw, int64_t k, float* y, int64_t ldy, int64_t j0,
+                    int64_t j1) = nullptr;
+};
+
+// The table for the running CPU (AVX2+FMA+F16C when available); NEURON_EMU_DISABLE_SIMD=1
+// forces the generic one.
+const LoopTable& loops();
+const LoopTable& loops_generic();
+const LoopTable* loops_avx2();  // nullptr when the CPU lacks AVX2/FMA/F16C
+
+}  // namespace neuron::cc::vm
+
+#ifdef VM_LOOPS_IMPL
+// ======================================================================================
+// Implementation, compiled once per target in its own namespace (VM_LOOPS_NS) so the two
+// translation units never share a symbol.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "vm.h"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace neuron::cc::vm::VM_LOOPS_NS {
+namespace {
+
+using kernels::DType;
+
+inline float as_f(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t as_u(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float fmin_(float a, float b) { return a < b ? a : b; }
+inline float fmax_(float a, float b) { return a > b ? a : b; }
+
+// ---- fp32 math: branch-free polynomial approximations (Cephes-style) that vectorize ----
+
+inline float round_magic(float t) {  // nearest integer for |t| < 2^22
+  return (t + 12582912.0f) - 12582912.0f;
+}
+
+inline float exp_f(float x) {
+  const float xc = fmin_(fmax_(x, -87.33654f), 88.72283f);
+  const float n = round_magic(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t e = static_cast<int32_t>(n) + 127;
+  float res = p * as_f(static_cast<uint32_t>(e) << 23);
+  res = x > 88.72283f ? std::numeric_limits<float>::infinity() : res;
+  res = x < -87.33654f ? 0.0f : res;
+  return x != x ? x : res;
+}
+
+inline float log_f(float x) {
+  // Denormals: scale up by 2^23 first.
+  const bool tiny = x < 1.17549435e-38f;
+  const float xs = tiny ? x * 8388608.0f : x;
+  const uint32_t u = as_u(xs);
+  int32_t e = static_cast<int32_t>((u >> 23) & 0xff) - 126;
+  float m = as_f((u & 0x807fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool small = m < 0.707106781186547524f;
+  e = small ? e - 1 : e;
+  m = small ? m + m - 1.0f : m - 1.0f;
+  const float fe = static_cast<float>(e) - (tiny ? 23.0f : 0.0f);
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += fe * -2.12194440e-4f;
+  y += -0.5f * z;
+  float r = m + y;
+  r += fe * 0.693359375f;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
+  r = (x < 0.0f || x != x) ? std::numeric_limits<float>::quiet_NaN() : r;
+  return r;
+}
+
+inline float tanh_f(float x) {
+  const float ax = x < 0 ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float e = exp_f(2.0f * fmin_(ax, 20.0f));
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = x < 0 ? -big : big;
+  const float r = ax < 0.625f ? small : big;
+  return x != x ? x : r;
+}
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+
+inline float erf_small(float x) {  // |x| < 1: Maclaurin series in x^2
+  const float z = x * x;
+  float p = 1.0f / 76204800.0f;
+  p = p * z - 1.0f / 6894720.0f;
+  p = p * z + 1.0f / 685440.0f;
+  p = p * z - 1.0f / 75600.0f;
+  p = p * z + 1.0f / 9360.0f;
+  p = p * z - 1.0f / 1320.0f;
+  p = p * z + 1.0f / 216.0f;
+  p = p * z - 1.0f / 42.0f;
+  p = p * z + 1.0f / 10.0f;
+  p = p * z - 1.0f / 3.0f;
+  p = p * z + 1.0f;
+  return 1.1283791670955126f * x * p;
+}
+
+inline float erfc_pos(float ax) {  // ax >= 0: Chebyshev fit, relative error < 1.2e-7
+  const float t = 1.0f / (1.0f + 0.5f * ax);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  return t * exp_f(-ax * ax + p);
+}
+
+inline float erf_f(float x) {
+  const float ax = x < 0 ? -x : x;
+  const float big = 1.0f - erfc_pos(ax);
+  const float r = ax < 1.0f ? erf_small(x) : (x < 0 ? -big : big);
+  return x != x ? x : r;
+}
+
+inline float erfc_f(float x) {
+  const float ax = x < 0 ? -x : x;
+  const float c = erfc_pos(ax);
+  const float r = ax < 1.0f ? 1.0f - erf_small(x) : (x < 0 ? 2.0f - c : c);
+  return x != x ? x : r;
+}
+
+// sin/cos for |x| < 8192 (larger arguments are redone with libm by the caller).
+inline void sincos_core(float x, float* s_out, float* c_out) {
+  const float ax = x < 0 ? -x : x;
+  int32_t j = static_cast<int32_t>(ax * 1.27323954473516f);
+  j = (j + 1) & ~1;
+  const float y = static_cast<float>(j);
+  const float r =
+      ((ax - y * 0.78515625f) - y * 2.4187564849853515625e-4f) - y * 3.77489497744594108e-8f;
+  const float z = r * r;
+  float ps = -1.9515295891e-4f;
+  ps = ps * z + 8.3321608736e-3f;
+  ps = ps * z - 1.6666654611e-1f;
+  const float sn = ps * z * r + r;
+  float pc = 2.443315711809948e-5f;
+  pc = pc * z - 1.388731625493765e-3f;
+  pc = pc * z + 4.166664568298827e-2f;
+  const float cs = pc * z * z - 0.5f * z + 1.0f;
+  const int32_t q = j & 7;
+  const bool swap = (q & 2) != 0;
+  float s = swap ? cs : sn;
+  float c = swap ? sn : cs;
+  s = (q & 4) ? -s : s;
+  s = x < 0 ? -s : s;
+  c = ((q + 2) & 4) ? -c : c;
+  *s_out = s;
+  *c_out = c;
+}
+inline float sin_f(float x) {
+  float s, c;
+  sincos_core(x, &s, &c);
+  return s;
+}
+inline float cos_f(float x) {
+  float s, c;
+  sincos_core(x, &s, &c);
+  return c;
+}
+
+inline float bf16_round(float f) {
+  const uint32_t u = as_u(f);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  return f != f ? f : as_f(r);
+}
+
+// ---- loop templates ----
+
+template <typename F>
+inline void un_loop(float* d, const float* a, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f(a[i]);
+}
+template <typename F>
+inline void bin_loop(float* d, const float* a, const float* b, int64_t n, int mode, F f) {
+  if (mode == 0) {
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+  } else if (mode == 2) {
+    const float bb = b[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], bb);
+  } else if (mode == 1) {
+    const float aa = a[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(aa, b[i]);
+  } else {
+    const float r = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) d[i] = r;
+  }
+}
+template <typename F>
+inline void ibin_loop(int64_t* d, const int64_t* a, const int64_t* b, int64_t n, int mode, F f) {
+  if (mode == 0) {
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+  } else if (mode == 2) {
+    const int64_t bb = b[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], bb);
+  } else if (mode == 1) {
+    const int64_t aa = a[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(aa, b[i]);
+  } else {
+    const int64_t r = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) d[i] = r;
+  }
+}
+template <typename F>
+inline void icmp_loop(float* d, const int64_t* a, const int64_t* b, int64_t n, int mode, F f) {
+  if (mode == 0) {
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]) ? 1.0f : 0.0f;
+  } else if (mode == 2) {
+    const int64_t bb = b[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(a[i], bb) ? 1.0f : 0.0f;
+  } else if (mode == 1) {
+    const int64_t aa = a[0];
+    for (int64_t i = 0; i < n; ++i) d[i] = f(aa, b[i]) ? 1.0f : 0.0f;
+  } else {
+    const float r = f(a[0], b[0]) ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < n; ++i) d[i] = r;
+  }
+}
+
+// libm fallback for rarely used functions (correct, not vectorized).
+#define VM_LIBM(name, expr)                        \
+  void name(float* d, const float* a, int64_t n) { \
+    for (int64_t i = 0; i < n; ++i) {              \
+      const float x = a[i];                        \
+      d[i] = (expr);                               \
+    }                                              \
+  }
+
+void u_copy(float* d, const float* a, int64_t n) {
+  if (d != a) std::memmove(d, a, static_cast<size_t>(n) * sizeof(float));
+}
+void u_neg(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return -x; });
+}
+void u_abs(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::fabs(x); });
+}
+void u_exp(float* d, const float* a, int64_t n) { un_loop(d, a, n, exp_f); }
+void u_exp2(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return exp_f(x * 0.693147180559945f); });
+}
+VM_LIBM(u_expm1, std::expm1(x))
+void u_log(float* d, const float* a, int64_t n) { un_loop(d, a, n, log_f); }
+void u_log2(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return log_f(x) * 1.44269504088896f; });
+}
+void u_log10(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return log_f(x) * 0.434294481903252f; });
+}
+VM_LIBM(u_log1p, std::log1p(x))
+void u_sqrt(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::sqrt(x); });
+}
+void u_rsqrt(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return 1.0f / std::sqrt(x); });
+}
+void u_recip(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return 1.0f / x; });
+}
+void u_sin(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, sin_f);
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(a[i]) < 8192.0f)) d[i] = std::sin(a[i]);
+}
+void u_cos(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, cos_f);
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(a[i]) < 8192.0f)) d[i] = std::cos(a[i]);
+}
+VM_LIBM(u_tan, std::tan(x))
+VM_LIBM(u_asin, std::asin(x))
+VM_LIBM(u_acos, std::acos(x))
+VM_LIBM(u_atan, std::atan(x))
+VM_LIBM(u_sinh, std::sinh(x))
+VM_LIBM(u_cosh, std::cosh(x))
+void u_tanh(float* d, const float* a, int64_t n) { un_loop(d, a, n, tanh_f); }
+VM_LIBM(u_asinh, std::asinh(x))
+VM_LIBM(u_acosh, std::acosh(x))
+VM_LIBM(u_atanh, std::atanh(x))
+void u_sigmoid(float* d, const float* a, int64_t n) { un_loop(d, a, n, sigmoid_f); }
+void u_relu(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; });
+}
+void u_gelu(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return 0.5f * x * (1.0f + erf_f(x * 0.70710678118654752f)); });
+}
+void u_gelu_tanh(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) {
+    return 0.5f * x * (1.0f + tanh_f(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  });
+}
+void u_silu(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x / (1.0f + exp_f(-x)); });
+}
+void u_erf(float* d, const float* a, int64_t n) { un_loop(d, a, n, erf_f); }
+void u_erfc(float* d, const float* a, int64_t n) { un_loop(d, a, n, erfc_f); }
+void u_floor(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::floor(x); });
+}
+void u_ceil(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::ceil(x); });
+}
+void u_round(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::nearbyint(x); });
+}
+void u_trunc(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return std::trunc(x); });
+}
+void u_sign(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n,
+          [](float x) { return x != x ? x : static_cast<float>((x > 0.0f) - (x < 0.0f)); });
+}
+void u_not(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x == 0.0f ? 1.0f : 0.0f; });
+}
+void u_isnan(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x != x ? 1.0f : 0.0f; });
+}
+void u_isinf(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) {
+    return std::fabs(x) == std::numeric_limits<float>::infinity() ? 1.0f : 0.0f;
+  });
+}
+void u_tobool(float* d, const float* a, int64_t n) {
+  un_loop(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
+}
+void u_round_bf16(float* d, const float* a, int64_t n) { un_loop(d, a, n, bf16_round); }
+void u_round_f16(float* d, const float* a, int64_t n) {
+#if defined(__AVX2__)
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(a + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) d[i] = kernels::f16_to_f32(kernels::f32_to_f16(a[i]));
+#else
+  for (int64_t i = 0; i < n; ++i) d[i] = kernels::f16_to_f32(kernels::f32_to_f16(a[i]));
+#endif
+}
+VM_LIBM(u_round_f8e4m3, kernels::f8e4m3fn_to_f32(kernels::f32_to_f8e4m3fn(x)))
+VM_LIBM(u_round_f8e5m2, kernels::f8e5m2_to_f32(kernels::f32_to_f8e5m2(x)))
+
+inline float floordiv_f(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) div -= 1.0f;
+  if (div == 0.0f) return std::copysign(0.0f, a / b);
+  float fl = std::floor(div);
+  if (div - fl > 0.5f) fl += 1.0f;
+  return fl;
+}
+inline float rem_f(float a, float b) {
+  float m = std::fmod(a, b);
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) m += b;
+  return m;
+}
+
+#define VM_BIN(name, expr)                                                   \
+  void name(float* d, const float* a, const float* b, int64_t n, int mode) { \
+    bin_loop(d, a, b, n, mode, [](float x, float y) { return (expr); });     \
+  }
+VM_BIN(b_add, x + y)
+VM_BIN(b_sub, x - y)
+VM_BIN(b_mul, x* y)
+VM_BIN(b_div, x / y)
+VM_BIN(b_floordiv, floordiv_f(x, y))
+VM_BIN(b_rem, rem_f(x, y))
+VM_BIN(b_fmod, std::fmod(x, y))
+VM_BIN(b_pow, std::pow(x, y))
+VM_BIN(b_max, x != x ? x : (y != y ? y : (x > y ? x : y)))
+VM_BIN(b_min, x != x ? x : (y != y ? y : (x < y ? x : y)))
+VM_BIN(b_atan2, std::atan2(x, y))
+VM_BIN(b_eq, x == y ? 1.0f : 0.0f)
+VM_BIN(b_ne, x != y ? 1.0f : 0.0f)
+VM_BIN(b_lt, x < y ? 1.0f : 0.0f)
+VM_BIN(b_le, x <= y ? 1.0f : 0.0f)
+VM_BIN(b_gt, x > y ? 1.0f : 0.0f)
+VM_BIN(b_ge, x >= y ? 1.0f : 0.0f)
+VM_BIN(b_and, (x != 0.0f && y != 0.0f) ? 1.0f : 0.0f)
+VM_BIN(b_or, (x != 0.0f || y != 0.0f) ? 1.0f : 0.0f)
+VM_BIN(b_xor, ((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f)
+
+void iu_copy(int64_t* d, const int64_t* a, int64_t n) {
+  if (d != a) std::memmove(d, a, static_cast<size_t>(n) * sizeof(int64_t));
+}
+void iu_neg(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<int64_t>(0ull - static_cast<uint64_t>(a[i]));
+}
+void iu_abs(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    d[i] = a[i] < 0 ? static_cast<int64_t>(0ull - static_cast<uint64_t>(a[i])) : a[i];
+}
+void iu_bitnot(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = ~a[i];
+}
+void iu_sign(int64_t* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = (a[i] > 0) - (a[i] < 0);
+}
+
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+inline int64_t wrap_mul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+// Division by zero is checked by the VM before these run.
+inline int64_t ifloordiv(int64_t a, int64_t b) {
+  if (b == -1) return wrap_sub(0, a);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+inline int64_t irem(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+inline int64_t ifmod(int64_t a, int64_t b) { return b == -1 ? 0 : a % b; }
+
+#define VM_IBIN(name, expr)                                                        \
+  void name(int64_t* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { \
+    ibin_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); });      \
+  }
+VM_IBIN(ib_add, wrap_add(x, y))
+VM_IBIN(ib_sub, wrap_sub(x, y))
+VM_IBIN(ib_mul, wrap_mul(x, y))
+VM_IBIN(ib_floordiv, ifloordiv(x, y))
+VM_IBIN(ib_rem, irem(x, y))
+VM_IBIN(ib_fmod, ifmod(x, y))
+VM_IBIN(ib_max, x > y ? x : y)
+VM_IBIN(ib_min, x < y ? x : y)
+VM_IBIN(ib_and, x& y)
+VM_IBIN(ib_or, x | y)
+VM_IBIN(ib_xor, x ^ y)
+
+#define VM_ICMP(name, expr)                                                      \
+  void name(float* d, const int64_t* a, const int64_t* b, int64_t n, int mode) { \
+    icmp_loop(d, a, b, n, mode, [](int64_t x, int64_t y) { return (expr); });    \
+  }
+VM_ICMP(ic_eq, x == y)
+VM_ICMP(ic_ne, x != y)
+VM_ICMP(ic_lt, x < y)
+VM_ICMP(ic_le, x <= y)
+VM_ICMP(ic_gt, x > y)
+VM_ICMP(ic_ge, x >= y)
+
+void where_f(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) {
+  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
+  if (mode == 0) {
+    for (int64_t i = 0; i < n; ++i) d[i] = c[i] != 0.0f ? a[i] : b[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+}
+void where_i(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n, int mode) {
+  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
+  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+}
+void i2f(float* d, const int64_t* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(a[i]);
+}
+void f2i(int64_t* d, const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    d[i] = x != x                ? 0
+           : x >= 9.2233720e18f  ? std::numeric_limits<int64_t>::max()
+           : x <= -9.2233720e18f ? std::numeric_limits<int64_t>::min()
+                                 : static_cast<int64_t>(x);
+  }
+}
+
+// ---- reductions ----
+
+float r_sum(const float* a, int64_t n) {
+#if defined(__AVX2__)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),
+         s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  float r = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; i < n; ++i) r += a[i];
+  return r;
+#else
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k];
+  float r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) r += a[i];
+  return r;
+#endif
+}
+float r_max(const float* a, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    nan |= x != x;
+    m = x > m ? x : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+float r_min(const float* a, int64_t n) {
+  float m = std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    nan |= x != x;
+    m = x < m ? x : m;
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+float r_prod(const float* a, int64_t n) {
+  float p = 1.0f;
+  for (int64_t i = 0; i < n; ++i) p *= a[i];
+  return p;
+}
+int64_t ri_sum(const int64_t* a, int64_t n) {
+  uint64_t s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<uint64_t>(a[i]);
+  return static_cast<int64_t>(s);
+}
+int64_t ri_max(const int64_t* a, int64_t n) {
+  int64_t m = std::numeric_limits<int64_t>::min();
+  for (int64_t i = 0; i < n; ++i) m = a[i] > m ? a[i] : m;
+  return m;
+}
+int64_t ri_min(const int64_t* a, int64_t n) {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (int64_t i = 0; i < n; ++i) m = a[i] < m ? a[i] : m;
+  return m;
+}
+int64_t ri_prod(const int64_t* a, int64_t n) {
+  int64_t p = 1;
+  for (int64_t i = 0; i < n; ++i) p = wrap_mul(p, a[i]);
+  return p;
+}
+void r_argmax(const float* a, int64_t n, int64_t base, float* best, int64_t* idx) {
+  float b = *best;
+  int64_t k = *idx;
+  if (b != b) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    if (x != x) {
+      *best = x;
+      *idx = base + i;
+      return;
+    }
+    if (x > b) {
+      b = x;
+      k = base + i;
+    }
+  }
+  *best = b;
+  *idx = k;
+}
+void r_argmin(const float* a, int64_t n, int64_t base, float* best, int64_t* idx) {
+  float b = *best;
+  int64_t k = *idx;
+  if (b != b) return;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    if (x != x) {
+      *best = x;
+      *idx = base + i;
+      return;
+    }
+    if (x < b) {
+      b = x;
+      k = base + i;
+    }
+  }
+  *best = b;
+  *idx = k;
+}
+
+// ---- loads and stores ----
+
+template <typename T>
+inline float to_f(T v) {
+  if constexpr (std::is_same_v<T, kernels::bf16>) {
+    return as_f(static_cast<uint32_t>(v.x) << 16);
+  } else if constexpr (std::is_same_v<T, kernels::f16>) {
+    return kernels::f16_to_f32(v.x);
+  } else if constexpr (std::is_same_v<T, kernels::f8e4m3fn>) {
+    return kernels::f8e4m3fn_to_f32(v.x);
+  } else if constexpr (std::is_same_v<T, kernels::f8e5m2>) {
+    return kernels::f8e5m2_to_f32(v.x);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v ? 1.0f : 0.0f;
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+template <typename T>
+void load_t(float* d, const char* p, int64_t stride, int64_t n) {
+  if (stride == static_cast<int64_t>(sizeof(T))) {
+    const T* s = reinterpret_cast<const T*>(p);
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(d, s, static_cast<size_t>(n) * 4);
+    } else if constexpr (std::is_same_v<T, kernels::bf16>) {
+      const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) d[i] = as_f(static_cast<uint32_t>(u[i]) << 16);
+    } else if constexpr (std::is_same_v<T, kernels::f16>) {
+#if defined(__AVX2__)
+      const uint16_t* u = reinterpret_cast<const uint16_t*>(p);
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u + i))));
+      for (; i < n; ++i) d[i] = kernels::f16_to_f32(u[i]);
+#else
+      for (int64_t i = 0; i < n; ++i) d[i] = to_f(s[i]);
+#endif
+    } else {
+      for (int64_t i = 0; i < n; ++i) d[i] = to_f(s[i]);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * stride, sizeof(T));
+    d[i] = to_f(v);
+  }
+}
+
+template <typename T>
+inline int64_t to_i(T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? 1 : 0;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<int64_t>(v);
+  } else if constexpr (std::is_integral_v<T>) {
+    return static_cast<int64_t>(v);
+  } else {
+    return static_cast<int64_t>(to_f(v));
+  }
+}
+
+template <typename T>
+void loadi_t(int64_t* d, const char* p, int64_t stride, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + i * stride, sizeof(T));
+    d[i] = to_i(v);
+  }
+}
+
+template <typename T>
+inline T from_f(float f) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return f != 0.0f;
+  } else if constexpr (std::is_same_v<T, kernels::bf16>) {
+    const uint32_t u = as_u(f);
+    const uint16_t r = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return kernels::bf16::from_bits(f != f ? static_cast<uint16_t>((u >> 16) | 0x40) : r);
+  } else if constexpr (std::is_same_v<T, kernels::f16>) {
+    return kernels::f16::from_bits(kernels::f32_to_f16(f));
+  } else if constexpr (std::is_same_v<T, kernels::f8e4m3fn>) {
+    T r;
+    r.x = kernels::f32_to_f8e4m3fn(f);
+    return r;
+  } else if constexpr (std::is_same_v<T, kernels::f8e5m2>) {
+    T r;
+    r.x = kernels::f32_to_f8e5m2(f);
+    return r;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(f);
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return static_cast<T>(static_cast<int64_t>(f));
+  } else {
+    return static_cast<T>(f);
+  }
+}
+
+template <typename T>
+void store_t(char* p, int64_t stride, const float* s, int64_t n) {
+  if (stride == static_cast<int64_t>(sizeof(T))) {
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(p, s, static_cast<size_t>(n) * 4);
+      return;
+    } else if constexpr (std::is_same_v<T, kernels::bf16>) {
+      uint16_t* u = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t b = as_u(s[i]);
+        const uint16_t r = static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+        u[i] = s[i] != s[i] ? static_cast<uint16_t>((b >> 16) | 0x40) : r;
+      }
+      return;
+    } else if constexpr (std::is_same_v<T, kernels::f16>) {
+#if defined(__AVX2__)
+      uint16_t* u = reinterpret_cast<uint16_t*>(p);
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(u + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+      for (; i < n; ++i) u[i] = kernels::f32_to_f16(s[i]);
+      return;
+#endif
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = from_f<T>(s[i]);
+    std::memcpy(p + i * stride, &v, sizeof(T));
+  }
+}
+
+template <typename T>
+void storei_t(char* p, int64_t stride, const int64_t* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = s[i] != 0;
+    } else if constexpr (std::is_integral_v<T>) {
+      v = static_cast<T>(s[i]);
+    } else {
+      v = from_f<T>(static_cast<float>(s[i]));
+    }
+    std::memcpy(p + i * stride, &v, sizeof(T));
+  }
+}
+
+void fill_f(float* d, float v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+}
+void fill_i(int64_t* d, int64_t v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = v;
+}
+
+// ---- dense helpers ----
+
+float dot_f(const float* a, const float* b, int64_t n) {
+#if defined(__AVX2__)
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float t[8];
+  _mm256_storeu_ps(t, _mm256_add_ps(s0, s1));
+  float r = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+#else
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+#endif
+}
+void axpy_f(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void scale_f(float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+#if defined(__AVX2__)
+inline __m256 load8_bf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline __m256 load8_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float hsum8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// Four weight rows at a time against up to M input rows: 4*M independent FMA chains.
+template <int M, int Kind>  // Kind: 0 f32, 1 bf16, 2 f16
+void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, float* y,
+                int64_t ldy, int64_t j0, int64_t j1) {
+  auto load8 = [](const void* base, int64_t off) -> __m256 {
+    if constexpr (Kind == 0) return _mm256_loadu_ps(static_cast<const float*>(base) + off);
+    if constexpr (Kind == 1) return load8_bf16(static_cast<const uint16_t*>(base) + off);
+    return load8_f16(static_cast<const uint16_t*>(base) + off);
+  };
+  auto load1 = [](const void* base, int64_t off) -> float {
+    if constexpr (Kind == 0) return static_cast<const float*>(base)[off];
+    if constexpr (Kind == 1)
+      return as_f(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[off]) << 16);
+    return kernels::f16_to_f32(static_cast<const uint16_t*>(base)[off]);
+  };
+  const int64_t k8 = k & ~int64_t{7};
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    __m256 acc[M][4];
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k8; kk += 8) {
+      const __m256 w0 = load8(w, (j + 0) * ldw + kk), w1 = load8(w, (j + 1) * ldw + kk);
+      const __m256 w2 = load8(w, (j + 2) * ldw + kk), w3 = load8(w, (j + 3) * ldw + kk);
+      for (int r = 0; r < M; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x + r * ldx + kk);
+        acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
+        acc[r][2] = _mm256_fmadd_ps(xv, w2, acc[r][2]);
+        acc[r][3] = _mm256_fmadd_ps(xv, w3, acc[r][3]);
+      }
+    }
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < 4; ++c) {
+        float s = hsum8(acc[r][c]);
+        for (int64_t kk = k8; kk < k; ++kk) s += x[r * ldx + kk] * load1(w, (j + c) * ldw + kk);
+        y[r * ldy + j + c] = s;
+      }
+  }
+  for (; j < j1; ++j) {
+    __m256 acc[M];
+    for (int r = 0; r < M; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k8; kk += 8) {
+      const __m256 w0 = load8(w, j * ldw + kk);
+      for (int r = 0; r < M; ++r)
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + kk), w0, acc[r]);
+    }
+    for (int r = 0; r < M; ++r) {
+      float s = hsum8(acc[r]);
+      for (int64_t kk = k8; kk < k; ++kk) s += x[r * ldx + kk] * load1(w, j * ldw + kk);
+      y[r * ldy + j] = s;
+    }
+  }
+}
+
+template <int Kind>
+void gemv_dispatch_m(const float* x, int64_t m, int64_t ldx, const void* w, int64_t ldw, int64_t k,
+                     float* y, int64_t ldy, int64_t j0, int64_t j1) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4)
+    gemv_block<4, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+  switch (m - r) {
+    case 3:
+      gemv_block<3, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    case 2:
+      gemv_block<2, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    case 1:
+      gemv_block<1, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
+      break;
+    default:
+      break;
+  }
+}
+#endif
+
+void gemv_rows_impl(const float* x, int64_t m, int64_t ldx, const void* w, DType wdt, int64_t ldw,
+                    int64_t k, float* y, int64_t ldy, int64_t j0, int64_t j1) {
+#if defined(__AVX2__)
+  if (wdt == DType::Float32) return gemv_dispatch_m<0>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
+  if (wdt == DType::BFloat16) return gemv_dispatch_m<1>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
+  if (wdt == DType::Float16) return gemv_dispatch_m<2>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
+#endif
+  float row[256];
+  for (int64_t j = j0; j < j1; ++j) {
+    for (int64_t r = 0; r < m; ++r) {
+      float acc = 0.0f;
+      for (int64_t k0 = 0; k0 < k; k0 += 256) {
+        const int64_t len = k - k0 < 256 ? k - k0 : 256;
+        const char* wp = static_cast<const char*>(w) +
+                         (j * ldw + k0) * static_cast<int64_t>(kernels::element_size(wdt));
+        if (wdt == DType::Float32) {
+          load_t<float>(row, wp, 4, len);
+        } else if (wdt == DType::BFloat16) {
+          load_t<kernels::bf16>(row, wp, 2, len);
+        } else {
+          load_t<kernels::f16>(row, wp, 2, len);
+        }
+        acc += dot_f(x + r * ldx + k0, row, len);
+      }
+      y[r * ldy + j] = acc;
+    }
+  }
+}
+
+LoopTable make_table(const char* isa) {
+  LoopTable t;
+  t.isa = isa;
+  auto U = [&](Opc o, UnaryFn f) { t.funary[static_cast<int>(o)] = f; };
+  auto B = [&](Opc o, BinaryFn f) { t.fbinary[static_cast<int>(o)] = f; };
+  U(Opc::Copy, u_copy);
+  U(Opc::Neg, u_neg);
+  U(Opc::Abs, u_abs);
+  U(Opc::Exp, u_exp);
+  U(Opc::Exp2, u_exp2);
+  U(Opc::Expm1, u_expm1);
+  U(Opc::Log, u_log);
+  U(Opc::Log2, u_log2);
+  U(Opc::Log10, u_log10);
+  U(Opc::Log1p, u_log1p);
+  U(Opc::Sqrt, u_sqrt);
+  U(Opc::Rsqrt, u_rsqrt);
+  U(Opc::Recip, u_recip);
+  U(Opc::Sin, u_sin);
+  U(Opc::Cos, u_cos);
+  U(Opc::Tan, u_tan);
+  U(Opc::Asin, u_asin);
+  U(Opc::Acos, u_acos);
+  U(Opc::Atan, u_atan);
+  U(Opc::Sinh, u_sinh);
+  U(Opc::Cosh, u_cosh);
+  U(Opc::Tanh, u_tanh);
+  U(Opc::Asinh, u_asinh);
+  U(Opc::Acosh, u_acosh);
+  U(Opc::Atanh, u_atanh);
+  U(Opc::Sigmoid, u_sigmoid);
+  U(Opc::Relu, u_relu);
+  U(Opc::Gelu, u_gelu);
+  U(Opc::GeluTanh, u_gelu_tanh);
+  U(Opc::Silu, u_silu);
+  U(Opc::Erf, u_erf);
+  U(Opc::Erfc, u_erfc);
+  U(Opc::Floor, u_floor);
+  U(Opc::Ceil, u_ceil);
+  U(Opc::Round, u_round);
+  U(Opc::Trunc, u_trunc);
+  U(Opc::Sign, u_sign);
+  U(Opc::Not, u_not);
+  U(Opc::IsNan, u_isnan);
+  U(Opc::IsInf, u_isinf);
+  U(Opc::ToBool, u_tobool);
+  U(Opc::RoundBF16, u_round_bf16);
+  U(Opc::RoundF16, u_round_f16);
+  U(Opc::RoundF8E4M3, u_round_f8e4m3);
+  U(Opc::RoundF8E5M2, u_round_f8e5m2);
+  B(Opc::Add, b_add);
+  B(Opc::Sub, b_sub);
+  B(Opc::Mul, b_mul);
+  B(Opc::Div, b_div);
+  B(Opc::FloorDiv, b_floordiv);
+  B(Opc::Rem, b_rem);
+  B(Opc::Fmod, b_fmod);
+  B(Opc::Pow, b_pow);
+  B(Opc::Max, b_max);
+  B(Opc::Min, b_min);
+  B(Opc::Atan2, b_atan2);
+  B(Opc::Eq, b_eq);
+  B(Opc::Ne, b_ne);
+  B(Opc::Lt, b_lt);
+  B(Opc::Le, b_le);
+  B(Opc::Gt, b_gt);
+  B(Opc::Ge, b_ge);
+  B(Opc::And, b_and);
+  B(Opc::Or, b_or);
+  B(Opc::Xor, b_xor);
+  auto IU = [&](Opc o, IUnaryFn f) { t.iunary[static_cast<int>(o)] = f; };
+  auto IB = [&](Opc o, IBinaryFn f) { t.ibinary[static_cast<int>(o)] = f; };
+  auto IC = [&](Opc o, ICmpFn f) { t.icmp[static_cast<int>(o)] = f; };
+  IU(Opc::ICopy, iu_copy);
+  IU(Opc::INeg, iu_neg);
+  IU(Opc::IAbs, iu_abs);
+  IU(Opc::IBitNot, iu_bitnot);
+  IU(Opc::ISign, iu_sign);
+  IB(Opc::IAdd, ib_add);
+  IB(Opc::ISub, ib_sub);
+  IB(Opc::IMul, ib_mul);
+  IB(Opc::IFloorDiv, ib_floordiv);
+  IB(Opc::IRem, ib_rem);
+  IB(Opc::IFmod, ib_fmod);
+  IB(Opc::IMax, ib_max);
+  IB(Opc::IMin, ib_min);
+  IB(Opc::IBitAnd, ib_and);
+  IB(Opc::IBitOr, ib_or);
+  IB(Opc::IBitXor, ib_xor);
+  IC(Opc::IEq, ic_eq);
+  IC(Opc::INe, ic_ne);
+  IC(Opc::ILt, ic_lt);
+  IC(Opc::ILe, ic_le);
+  IC(Opc::IGt, ic_gt);
+  IC(Opc::IGe, ic_ge);
+  t.where = where_f;
+  t.iwhere = where_i;
+  t.i2f = i2f;
+  t.f2i = f2i;
+  t.rsum = r_sum;
+  t.rmax = r_max;
+  t.rmin = r_min;
+  t.rprod = r_prod;
+  t.risum = ri_sum;
+  t.rimax = ri_max;
+  t.rimin = ri_min;
+  t.riprod = ri_prod;
+  t.rargmax = r_argmax;
+  t.rargmin = r_argmin;
+#define VM_DT(D, T)                                 \
+  t.load[static_cast<int>(DType::D)] = load_t<T>;   \
+  t.loadi[static_cast<int>(DType::D)] = loadi_t<T>; \
+  t.store[static_cast<int>(DType::D)] = store_t<T>; \
+  t.storei[static_cast<int>(DType::D)] = storei_t<T>;
+  VM_DT(Bool, bool)
+  VM_DT(UInt8, uint8_t)
+  VM_DT(Int8, int8_t)
+  VM_DT(Int16, int16_t) VM_DT(Int32, int32_t) VM_DT(Int64, int64_t) VM_DT(UInt16, uint16_t)
+      VM_DT(UInt32, uint32_t) VM_DT(UInt64, uint64_t) VM_DT(Float16, kernels::f16)
+          VM_DT(BFloat16, kernels::bf16) VM_DT(Float32, float) VM_DT(Float64, double)
+              VM_DT(Float8_e4m3fn, kernels::f8e4m3fn) VM_DT(Float8_e5m2, kernels::f8e5m2)
+#undef VM_DT
+                  t.fill = fill_f;
+  t.ifill = fill_i;
+  t.dot = dot_f;
+  t.axpy = axpy_f;
+  t.scale = scale_f;
+  t.gemv_rows = gemv_rows_impl;
+  return t;
+}
+
+}  // namespace
+
+const LoopTable& table() {
+  static const LoopTable t = make_table(VM_LOOPS_ISA);
+  return t;
+}
+
+}  // namespace neuron::cc::vm::VM_LOOPS_NS
+#endif  // VM_LOOPS_IMPL

@@ -1,0 +1,561 @@
+// torch_neuronx._C._cc: the bridge between the Python Dynamo backend and the graph compiler.
+// Python builds Neuron IR node by node (GraphBuilder), compile() returns an Executable from
+// the NEFF cache (compiling on a miss), and Executable.run() launches the whole program as one
+// task on the current stream of the inputs' device. Tasks capture raw pointers and the
+// immutable NEFF only (never at::Tensor).
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "../Common.h"
+#include "compiler/cache.h"
+#include "compiler/compiler.h"
+#include "compiler/dense.h"
+#include "compiler/hash.h"
+#include "compiler/metrics.h"
+#include "compiler/neff.h"
+#include "compiler/verifier.h"
+#include "kernels/dispatch.h"
+#include "runtime/env.h"
+
+namespace py = pybind11;
+
+namespace neuron::torch_glue {
+
+namespace {
+
+at::ScalarType to_scalar_type(kernels::DType t) {
+  using K = kernels::DType;
+  switch (t) {
+    case K::Bool:
+      return at::kBool;
+    case K::UInt8:
+      return at::kByte;
+    case K::Int8:
+      return at::kChar;
+    case K::Int16:
+      return at::kShort;
+    case K::Int32:
+      return at::kInt;
+    case K::Int64:
+      return at::kLong;
+    case K::UInt16:
+      return at::kUInt16;
+    case K::UInt32:
+      return at::kUInt32;
+    case K::UInt64:
+      return at::kUInt64;
+    case K::Float16:
+      return at::kHalf;
+    case K::BFloat16:
+      return at::kBFloat16;
+    case K::Float32:
+      return at::kFloat;
+    case K::Float64:
+      return at::kDouble;
+    case K::Complex64:
+      return at::kComplexFloat;
+    case K::Complex128:
+      return at::kComplexDouble;
+    case K::Float8_e4m3fn:
+      return at::kFloat8_e4m3fn;
+    case K::Float8_e5m2:
+      return at::kFloat8_e5m2;
+    default:
+      TORCH_CHECK(false, "neuron compiler: unsupported dtype");
+  }
+}
+
+kernels::DType parse_dtype(const std::string& s) {
+  auto d = cc::dtype_from_short(s);
+  TORCH_CHECK(d.has_value(), "neuron compiler: unknown dtype '", s, "'");
+  return *d;
+}
+
+template <typename F>
+decltype(auto) cc_errors(F&& fn) {
+  try {
+    return fn();
+  } catch (const cc::VerifyError& e) {
+    throw py::value_error(e.what());
+  } catch (const rt::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+cc::AttrValue to_attr(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return static_cast<int64_t>(v.cast<bool>());
+  if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
+  if (py::isinstance<py::float_>(v)) return v.cast<double>();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    std::vector<int64_t> r;
+    for (auto x : v) r.push_back(x.cast<int64_t>());
+    return r;
+  }
+  throw py::type_error(
+      "neuron compiler: attribute values must be int, float, str or a list of ints");
+}
+
+cc::TargetProfile current_target() {
+  cc::TargetProfile t;
+  const rt::Topology& topo = rt::Runtime::get().topology();
+  t.instance_type = topo.profile.name;
+  t.nc_version = static_cast<uint32_t>(topo.profile.nc_version);
+  t.target = topo.profile.nc_version >= 3 ? "trn2" : "trn1";
+  t.lnc = static_cast<uint32_t>(topo.lnc);
+  return t;
+}
+
+// Python-side graph construction.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(const std::string& name) { g_.name = name; }
+
+  int input(const std::string& dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
+            const std::string& name) {
+    return cc_errors([&] {
+      return g_.add_input(cc::TensorType{parse_dtype(dtype), std::move(shape)}, std::move(strides),
+                          name);
+    });
+  }
+
+  std::vector<int> node(const std::string& op, std::vector<int> inputs, const py::dict& attrs,
+                        const py::object& out_types) {
+    return cc_errors([&] {
+      auto o = cc::op_from_name(op);
+      if (!o) throw cc::CompileError("neuron compiler: unknown IR op '" + op + "'");
+      cc::Attrs a;
+      for (auto kv : attrs) a.set(kv.first.cast<std::string>(), to_attr(kv.second));
+      if (out_types.is_none()) return g_.add(*o, std::move(inputs), std::move(a));
+      std::vector<cc::TensorType> outs;
+      for (auto t : out_types) {
+        auto tup = t.cast<py::tuple>();
+        outs.push_back(cc::TensorType{parse_dtype(tup[0].cast<std::string>()),
+                                      tup[1].cast<std::vector<int64_t>>()});
+      }
+      // Declared types are checked against inference (except for custom ops).
+      auto ids = g_.add_typed(*o, std::move(inputs), std::move(a), std::move(outs));
+      if (cc::op_kind(*o) != cc::OpKind::Custom) {
+        const cc::Node& n = g_.nodes.back();
+        auto inferred = cc::infer_types(g_, n);
+        for (size_t i = 0; i < ids.size(); ++i)
+          if (inferred[i] != g_.type(ids[i]))
+            throw cc::VerifyError("neuron compiler: '" + op + "' result is " + inferred[i].str() +
+                                  ", traced as " + g_.type(ids[i]).str());
+      }
+      return ids;
+    });
+  }
+
+  int scalar(double v, const std::string& dtype) { return g_.scalar(v, parse_dtype(dtype)); }
+  int scalar_int(int64_t v, const std::string& dtype) {
+    const int id = g_.scalar(static_cast<double>(v), parse_dtype(dtype));
+    g_.nodes.back().attrs.set("ivalue", v);
+    return id;
+  }
+
+  int constant(const at::Tensor& t) {
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    const auto dt = to_kernel_dtype(c.scalar_type());
+    TORCH_CHECK(dt != kernels::DType::Undefined, "neuron compiler: constant of unsupported dtype ",
+                c.scalar_type());
+    std::vector<uint8_t> bytes(c.nbytes());
+    if (c.nbytes()) std::memcpy(bytes.data(), c.data_ptr(), c.nbytes());
+    return cc_errors([&] {
+      return g_.constant(cc::TensorType{dt, c.sizes().vec()}, std::move(bytes));
+    });
+  }
+
+  void set_outputs(std::vector<int> outs, std::vector<std::vector<int64_t>> strides) {
+    TORCH_CHECK(strides.empty() || strides.size() == outs.size(),
+                "neuron compiler: one stride list per output");
+    g_.set_outputs(outs);
+    for (size_t i = 0; i < strides.size(); ++i) {
+      cc::Value& v = g_.values.at(static_cast<size_t>(outs[i]));
+      if (v.strides.empty() && !strides[i].empty()) v.strides = strides[i];
+    }
+  }
+  void mutation(int input_index, int value) {
+    g_.mutations.push_back(cc::Mutation{input_index, value});
+  }
+  std::string text() const { return cc::print(g_); }
+  void verify() const {
+    cc_errors([&] { cc::verify(g_, "built graph"); });
+  }
+  const cc::Graph& graph() const { return g_; }
+  py::tuple type(int v) const {
+    TORCH_CHECK(v >= 0 && static_cast<size_t>(v) < g_.values.size(), "neuron compiler: no value %",
+                v);
+    const cc::TensorType& t = g_.type(v);
+    return py::make_tuple(std::string(cc::dtype_short(t.dtype)), t.shape);
+  }
+  int num_nodes() const { return static_cast<int>(g_.nodes.size()); }
+
+ private:
+  cc::Graph g_;
+};
+
+// A loaded NEFF plus its device-resident constants.
+class Executable {
+ public:
+  Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string source,
+             std::string path)
+      : neff_(std::move(neff)),
+        key_(std::move(key)),
+        source_(std::move(source)),
+        path_(std::move(path)) {
+    auto it = neff_->metadata.find("graph");
+    task_name_ = rt::intern("neuron::compiled_graph(" +
+                            (it != neff_->metadata.end() ? it->second : key_) + ")");
+  }
+
+  py::list run(const py::list& args) {
+    const cc::Program& p = neff_->program;
+    TORCH_CHECK(args.size() == p.inputs.size(), "compiled graph expects ", p.inputs.size(),
+                " inputs, got ", args.size());
+    std::vector<at::Tensor> ins;
+    ins.reserve(args.size());
+    c10::optional<c10::Device> device;
+    for (size_t i = 0; i < args.size(); ++i) {
+      at::Tensor t = args[i].cast<at::Tensor>();
+      if (is_neuron(t)) {
+        if (!device) device = t.device();
+        TORCH_CHECK(t.device() == *device, "compiled graph: input ", i, " is on ", t.device(),
+                    " but input tensors are on ", *device);
+      }
+      ins.push_back(std::move(t));
+    }
+    const c10::Device dev =
+        device ? *device
+               : c10::Device(kNeuron, static_cast<c10::DeviceIndex>(rt::current_device()));
+    const bool no_autocopy = rt::getenv_bool("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", false);
+    // Tensors whose layout differs from the compiled one go through a staging copy; mutated
+    // ones are copied back after the program.
+    std::vector<std::pair<at::Tensor, at::Tensor>> write_back;
+    std::vector<void*> in_ptrs(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      at::Tensor& t = ins[i];
+      const cc::IOSpec& s = p.inputs[i];
+      if (!is_neuron(t)) {
+        TORCH_CHECK(!no_autocopy, "Input tensor at index ", i, " is on ",
+                    t.device().type() == c10::DeviceType::CPU ? "cpu" : t.device().str(),
+                    " device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: move inputs to neuron "
+                    "before calling the compiled function)");
+      }
+      TORCH_CHECK(to_kernel_dtype(t.scalar_type()) == s.dtype && t.sizes().vec() == s.shape,
+                  "compiled graph: input ", i, " is ", t.scalar_type(), t.sizes(),
+                  ", the graph was compiled for ", cc::dtype_short(s.dtype), "[",
+                  c10::IntArrayRef(s.shape), "]");
+      const bool layout_ok = is_neuron(t) && t.device() == dev && strides_match(t, s.strides);
+      if (!layout_ok) {
+        at::Tensor staged = at::empty_strided(s.shape, s.strides, t.options().device(dev));
+        staged.copy_(t);
+        if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), static_cast<int>(i)) !=
+            p.mutated_inputs.end())
+          write_back.push_back({t, staged});
+        t = staged;
+      }
+      in_ptrs[i] = t.numel() ? t.data_ptr() : nullptr;
+    }
+    c10::DeviceGuard guard(dev);
+    const std::vector<at::Tensor>& consts = constants_on(dev);
+    py::list result;
+    std::vector<void*> out_ptrs(p.outputs.size());
+    std::vector<at::Tensor> outs;
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+      const cc::IOSpec& s = p.outputs[k];
+      outs.push_back(at::empty_strided(
+          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev)));
+      out_ptrs[k] = outs.back().numel() ? outs.back().data_ptr() : nullptr;
+    }
+    at::Tensor arena;
+    void* arena_ptr = nullptr;
+    if (p.arena_bytes > 0) {
+      arena = at::empty({p.arena_bytes}, at::TensorOptions().dtype(at::kByte).device(dev));
+      arena_ptr = arena.data_ptr();
+    }
+    cc::Buffers bufs;
+    bufs.inputs = std::move(in_ptrs);
+    bufs.outputs = std::move(out_ptrs);
+    for (const at::Tensor& c : consts) bufs.constants.push_back(c.numel() ? c.data_ptr() : nullptr);
+    bufs.arena = arena_ptr;
+    std::shared_ptr<const cc::Neff> neff = neff_;
+    launch(dev.index(), task_name_,
+           [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
+    cc::add_metric("executions", 1);
+    for (auto& [orig, staged] : write_back) orig.copy_(staged);
+    for (auto& o : outs) result.append(py::cast(o));
+    return result;
+  }
+
+  std::string key() const { return key_; }
+  std::string source() const { return source_; }
+  std::string path() const { return path_; }
+  std::string describe() const { return cc::dump_neff(*neff_, true); }
+  py::dict info() const {
+    py::dict d;
+    const cc::Program& p = neff_->program;
+    d["steps"] = p.steps.size();
+    d["arena_bytes"] = p.arena_bytes;
+    d["constants"] = p.constants.size();
+    d["mutated_inputs"] = p.mutated_inputs;
+    py::list kinds;
+    for (const auto& s : p.steps) kinds.append(std::string(cc::step_kind_name(s.kind)));
+    d["step_kinds"] = kinds;
+    py::list outs;
+    for (const auto& s : p.outputs)
+      outs.append(py::make_tuple(std::string(cc::dtype_short(s.dtype)), s.shape, s.strides));
+    d["outputs"] = outs;
+    for (const auto& [k, v] : neff_->metadata) d[py::str("meta_" + k)] = v;
+    return d;
+  }
+
+ private:
+  static bool strides_match(const at::Tensor& t, const std::vector<int64_t>& s) {
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) != 1 && t.stride(d) != s[static_cast<size_t>(d)]) return false;
+    return true;
+  }
+
+  const std::vector<at::Tensor>& constants_on(const c10::Device& dev) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = consts_.find(dev.index());
+    if (it != consts_.end()) return it->second;
+    std::vector<at::Tensor> v;
+    const cc::Program& p = neff_->program;
+    for (size_t i = 0; i < p.constants.size(); ++i) {
+      const auto& data = p.constant_data[i];
+      at::Tensor cpu = at::empty({static_cast<int64_t>(data.size())}, at::kByte);
+      if (!data.empty()) std::memcpy(cpu.data_ptr(), data.data(), data.size());
+      v.push_back(cpu.to(dev));
+    }
+    return consts_.emplace(dev.index(), std::move(v)).first->second;
+  }
+
+  std::shared_ptr<const cc::Neff> neff_;
+  std::string key_, source_, path_;
+  const char* task_name_ = nullptr;
+  std::mutex mu_;
+  std::unordered_map<int, std::vector<at::Tensor>> consts_;
+};
+
+std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o,
+                      const std::vector<std::string>& unknown, const cc::TargetProfile& t) {
+  cc::Graph anon = g;  // names do not change the program
+  anon.name.clear();
+  for (auto& v : anon.values) v.name.clear();
+  cc::ByteWriter w;
+  cc::serialize(anon, w);
+  cc::Hasher h;
+  h.update(cc::compiler_build_id());
+  h.update(rt::str("opt=", o.opt_level, " fold=", o.fold_constants));
+  for (const auto& f : o.flags) h.update(f);
+  for (const auto& f : unknown) h.update(f);
+  h.update(t.str());
+  h.update(w.buffer().data(), w.buffer().size());
+  return h.hex128();
+}
+
+std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict& options) {
+  const std::string name =
+      options.contains("name") ? options["name"].cast<std::string>() : b.graph().name;
+  const std::string flags = options.contains("flags") ? options["flags"].cast<std::string>() : "";
+  const int default_opt = options.contains("opt_level") ? options["opt_level"].cast<int>() : 2;
+  const std::string dump_dir =
+      options.contains("dump_dir") ? options["dump_dir"].cast<std::string>() : "";
+  const std::string neff_copy =
+      options.contains("neff_copy") ? options["neff_copy"].cast<std::string>() : "";
+  return cc_errors([&] {
+    std::vector<std::string> unknown;
+    cc::CompileOptions o = cc::parse_flags(flags, default_opt, &unknown);
+    for (const auto& u : unknown)
+      cc::push_warning("NEURON_CC_FLAGS: unknown flag '" + u + "' ignored (part of the cache key)");
+    o.dump_dir = dump_dir;
+    const cc::TargetProfile target = current_target();
+    const std::string key = graph_key(b.graph(), o, unknown, target);
+    cc::CacheSource src = cc::CacheSource::Compiled;
+    std::string path;
+    std::shared_ptr<const cc::Neff> neff;
+    {
+      py::gil_scoped_release nogil;
+      neff = cc::NeffCache::instance().get(
+          key,
+          [&] {
+            cc::Compiled c = cc::compile(b.graph(), o);
+            cc::Neff n;
+            n.target = target;
+            n.program = std::move(c.program);
+            n.ir = c.final_ir;
+            n.metadata["compiler"] = cc::compiler_build_id();
+            n.metadata["graph"] = name;
+            n.metadata["flags"] = flags;
+            n.metadata["opt_level"] = std::to_string(o.opt_level);
+            std::string passes;
+            for (const auto& pr : c.passes) passes += rt::str(pr.name, ":", pr.changed, " ");
+            n.metadata["passes"] = passes;
+            n.metadata["created"] =
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+            return n;
+          },
+          &src, &path);
+    }
+    if (!(neff->target == target))
+      throw cc::NeffError("cached NEFF was compiled for " + neff->target.str() +
+                          ", this process runs " + target.str());
+    if (!neff_copy.empty()) {
+      const auto bytes = cc::write_neff(*neff);
+      std::ofstream f(neff_copy, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+    }
+    const char* s = src == cc::CacheSource::Memory ? "memory"
+                    : src == cc::CacheSource::Disk ? "disk"
+                                                   : "compiled";
+    return std::make_shared<Executable>(neff, key, s, path);
+  });
+}
+
+// Loads a cached NEFF by key without compiling (warm start); None when absent or invalid.
+std::shared_ptr<Executable> load_cached(const std::string& key) {
+  return cc_errors([&]() -> std::shared_ptr<Executable> {
+    cc::CacheSource src = cc::CacheSource::Compiled;
+    std::string path;
+    bool missing = false;
+    std::shared_ptr<const cc::Neff> neff;
+    {
+      py::gil_scoped_release nogil;
+      try {
+        neff = cc::NeffCache::instance().get(
+            key,
+            [&]() -> cc::Neff {
+              missing = true;
+              throw cc::CompileError("not cached");
+            },
+            &src, &path);
+      } catch (const cc::CompileError&) {
+        if (!missing) throw;
+      }
+    }
+    if (missing || !neff) return nullptr;
+    if (!(neff->target == current_target())) return nullptr;
+    return std::make_shared<Executable>(neff, key,
+                                        src == cc::CacheSource::Memory ? "memory" : "disk", path);
+  });
+}
+
+py::dict metrics_dict() {
+  const cc::Metrics m = cc::metrics();
+  py::dict d;
+  d["graphs_compiled"] = m.graphs_compiled;
+  d["cache_hits_memory"] = m.cache_hits_memory;
+  d["cache_hits_disk"] = m.cache_hits_disk;
+  d["cache_misses"] = m.cache_misses;
+  d["cache_corrupted"] = m.cache_corrupted;
+  d["cache_lock_waits"] = m.cache_lock_waits;
+  d["cache_writes"] = m.cache_writes;
+  d["executions"] = m.executions;
+  d["compile_time_s"] = m.compile_seconds;
+  d["cache_load_time_s"] = m.cache_load_seconds;
+  return d;
+}
+
+}  // namespace
+
+void init_compiler_bindings(py::module& parent) {
+  py::module m = parent.def_submodule("_cc", "neuron-emu graph compiler");
+  py::class_<GraphBuilder>(m, "GraphBuilder")
+      .def(py::init<const std::string&>())
+      .def("input", &GraphBuilder::input, py::arg("dtype"), py::arg("shape"), py::arg("strides"),
+           py::arg("name") = "")
+      .def("node", &GraphBuilder::node, py::arg("op"), py::arg("inputs"),
+           py::arg("attrs") = py::dict(), py::arg("out_types") = py::none())
+      .def("scalar", &GraphBuilder::scalar)
+      .def("scalar_int", &GraphBuilder::scalar_int)
+      .def("constant", &GraphBuilder::constant)
+      .def("set_outputs", &GraphBuilder::set_outputs, py::arg("outputs"),
+           py::arg("strides") = std::vector<std::vector<int64_t>>{})
+      .def("mutation", &GraphBuilder::mutation)
+      .def("text", &GraphBuilder::text)
+      .def("verify", &GraphBuilder::verify)
+      .def("num_nodes", &GraphBuilder::num_nodes)
+      .def("type", &GraphBuilder::type);
+  py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
+      .def("run", &Executable::run)
+      .def_property_readonly("key", &Executable::key)
+      .def_property_readonly("source", &Executable::source)
+      .def_property_readonly("path", &Executable::path)
+      .def("describe", &Executable::describe)
+      .def("info", &Executable::info);
+  m.def("compile", &compile_graph, py::arg("builder"), py::arg("options") = py::dict());
+  m.def("load_cached", &load_cached);
+  m.def("metrics", &metrics_dict);
+  m.def("reset_metrics", [] { cc::reset_metrics(); });
+  m.def("drain_warnings", [] { return cc::drain_warnings(); });
+  m.def("clear_memory_cache", [] { cc::NeffCache::instance().clear_memory(); });
+  {
+    py::dict codes;
+    for (int i = 0; i < static_cast<int>(kernels::DType::Undefined); ++i) {
+      const auto t = static_cast<kernels::DType>(i);
+      codes[py::str(std::string(cc::dtype_short(t)))] = i;
+    }
+    m.attr("DTYPE_CODES") = codes;
+  }
+  m.def("compiler_version", [] { return std::string(cc::compiler_build_id()); });
+  m.def("ops", [] {
+    py::list l;
+    for (int i = 0; i < cc::num_ops(); ++i)
+      l.append(std::string(cc::op_name(static_cast<cc::Op>(i))));
+    return l;
+  });
+  m.def("dump_neff", [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    TORCH_CHECK(f.good(), "cannot open ", path);
+    std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
+    return cc_errors(
+        [&] { return cc::dump_neff(cc::read_neff(data.data(), data.size(), path), true); });
+  });
+  m.def("set_step_profiling", [](bool on) { cc::set_step_profiling(on); });
+  m.def(
+      "step_profile",
+      [](bool reset) {
+        py::dict d;
+        for (const auto& [k, v] : cc::step_profile(reset))
+          d[py::str(k)] = py::make_tuple(v.first, v.second);
+        return d;
+      },
+      py::arg("reset") = true);
+  m.def("has_custom_kernel",
+        [](const std::string& name) { return cc::dense::has_custom_kernel(name); });
+  // A native kernel for the custom-op test: out = a * scale + b (float32), scale from the payload.
+  m.def("_register_test_custom_kernel", [] {
+    cc::dense::register_custom_kernel(
+        "neuron_emu_test::scale_add",
+        [](const std::vector<kernels::TensorRef>& in, const std::vector<kernels::TensorRef>& out,
+           const std::string& payload) {
+          if (in.size() != 2 || out.size() != 1)
+            throw cc::ExecError("scale_add: expects 2 inputs and 1 output");
+          const float scale = payload.empty() ? 1.0f : std::stof(payload);
+          const auto& a = in[0];
+          const auto& b = in[1];
+          const auto& o = out[0];
+          if (a.dtype != kernels::DType::Float32 || !a.is_contiguous() || !b.is_contiguous() ||
+              !o.is_contiguous())
+            throw cc::ExecError("scale_add: float32 contiguous tensors only");
+          const int64_t n = a.numel();
+          for (int64_t i = 0; i < n; ++i)
+            static_cast<float*>(o.data)[i] =
+                static_cast<const float*>(a.data)[i] * scale + static_cast<const float*>(b.data)[i];
+        });
+  });
+}
+
+}  // namespace neuron::torch_glue

@@ -1,0 +1,140 @@
+"""Warm start: maps a Dynamo graph (its code and input signature) straight to the NEFF that
+AOT autograd + the compiler produced for it, so a new process skips AOT tracing.
+
+Used only for inference graphs compiled as one NEFF whose inputs are exactly Dynamo's inputs
+and whose outputs are fresh tensors (then AOT's runtime wrapper has nothing to do). Index
+entries live next to the NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR/frontend/ and are written
+atomically; anything unreadable is ignored (the normal path recompiles).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .. import _C
+
+_FORMAT = 1
+
+
+def _dir() -> str | None:
+    v = os.environ.get("TORCH_NEURONX_DISABLE_NEFF_CACHE", "") or os.environ.get("TORCH_NEURONX_NEFF_DISABLE_CACHE", "")
+    if v.strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    return os.path.join(os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR") or "/tmp/neff_cache", "frontend")
+
+
+def key(gm: torch.fx.GraphModule, inputs: Sequence[Any], training: bool) -> str | None:
+    if training or _dir() is None:
+        return None
+    h = hashlib.sha256()
+    h.update(f"v{_FORMAT} {_C._cc.compiler_version()} {torch.__version__}\n".encode())
+    h.update((os.environ.get("NEURON_CC_FLAGS", "") + "|" + os.environ.get("NEURON_COMPILER_OPT_LEVEL", "")).encode())
+    topo = _C._topology()
+    h.update(f"{topo['instance_type']} lnc{topo['lnc']}\n".encode())
+    h.update(gm.code.encode())
+    # Tensors the graph reads as attributes are baked into the NEFF: hash their contents.
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        obj = gm
+        for part in str(n.target).split("."):
+            obj = getattr(obj, part, None)
+        h.update(str(n.target).encode())
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().to("cpu").contiguous()
+            h.update(str((tuple(t.shape), t.dtype)).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(obj).encode())
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            h.update(str((tuple(x.shape), tuple(x.stride()), x.dtype, x.device.type, x.requires_grad)).encode())
+        else:
+            h.update(repr(x).encode())
+    return h.hexdigest()[:40]
+
+
+def lookup(k: str) -> Callable | None:
+    d = _dir()
+    if d is None:
+        return None
+    try:
+        with open(os.path.join(d, k + ".json")) as f:
+            entry = json.load(f)
+        if entry.get("format") != _FORMAT:
+            return None
+        exe = _C._cc.load_cached(entry["neff_key"])
+    except (OSError, ValueError, KeyError, RuntimeError):
+        return None
+    if exe is None:
+        return None
+    template = [tuple(t) for t in entry["template"]]
+    n_inputs = entry["n_inputs"]
+
+    def run(*args):
+        if len(args) != n_inputs:
+            raise RuntimeError(f"neuron warm-start graph expects {n_inputs} inputs, got {len(args)}")
+        outs = exe.run([a for a in args if isinstance(a, torch.Tensor)])
+        return tuple(outs[i] if kind == "out" else i for kind, i in template)
+
+    run._neuron_source = exe.source  # type: ignore[attr-defined]
+    return run
+
+
+def store(k: str, boxed_fn: Callable, aten_graph: torch.fx.GraphModule, n_dynamo_inputs: int) -> None:
+    d = _dir()
+    if d is None:
+        return
+    from .backend import CompiledGraph
+
+    # make_boxed_func keeps the wrapped callable in its closure.
+    inner = None
+    for cell in getattr(boxed_fn, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, CompiledGraph):
+            inner = cell.cell_contents
+    if inner is None or not _plain_inference(aten_graph, n_dynamo_inputs):
+        return
+    entry = {"format": _FORMAT, "neff_key": inner.exe.key, "template": inner.template, "n_inputs": inner.n_inputs}
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=k, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(entry, f)
+        os.replace(tmp, os.path.join(d, k + ".json"))
+    except OSError:
+        pass
+
+
+def _plain_inference(g: torch.fx.GraphModule, n_dynamo_inputs: int) -> bool:
+    """AOT's wrapper is the identity when the graph takes Dynamo's inputs one to one and
+    returns only fresh tensors (no aliases of inputs or of each other)."""
+    try:
+        ctx = torch._guards.TracingContext.try_get()
+        meta = ctx.fw_metadata if ctx is not None else None
+    except (AttributeError, RuntimeError):
+        meta = None
+    if meta is None:
+        return False
+    phs = [n for n in g.graph.nodes if n.op == "placeholder"]
+    if len(phs) != n_dynamo_inputs or len(meta.input_info) != n_dynamo_inputs:
+        return False
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    if any(o.output_type != OutputType.non_alias for o in meta.output_info):
+        return False
+    if any(i.mutates_metadata for i in meta.input_info):
+        return False
+    if getattr(meta, "num_intermediate_bases", 0):
+        return False
+    return not any(
+        i.mutates_data and not i.mutations_under_no_grad_or_inference_mode and not i.mutations_hidden_from_autograd
+        for i in meta.input_info
+        if getattr(i, "requires_grad", False)
+    )

@@ -1,0 +1,285 @@
+// End-to-end: tiny graphs built in C++, compiled, run on host buffers, compared with the
+// reference interpreter. Tolerances: fp32 kernels use polynomial exp/log/tanh/erf (a few ulp)
+// and a different summation order than the double-precision reference: rtol 2e-5.
+#include "test_util.h"
+
+namespace neuron::cc::test {
+namespace {
+
+Attrs A(std::initializer_list<std::pair<std::string, AttrValue>> kv) {
+  Attrs a;
+  for (const auto& [k, v] : kv) a.set(k, v);
+  return a;
+}
+TensorType F32(Shape s) { return TensorType{DType::Float32, std::move(s)}; }
+
+void check(const Graph& g, std::vector<HostTensor> inputs, double rtol = 2e-5, double atol = 1e-6,
+           int opt = 2) {
+  std::vector<HostTensor> in_ref = inputs;
+  auto want = reference(g, in_ref);
+  Compiled c;
+  auto got = compile_and_run(g, inputs, opt, &c);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    expect_close(got[i], want[i], rtol, atol, "output " + std::to_string(i) + "\n" + c.final_ir);
+  for (const Mutation& m : g.mutations)
+    expect_close(inputs[static_cast<size_t>(m.input_index)],
+                 in_ref[static_cast<size_t>(m.input_index)], rtol, atol, "mutated input");
+}
+
+TEST(CompilerExec, ElementwiseBroadcastChain) {
+  Graph g;
+  const int x = g.add_input(F32({4, 8}));
+  const int b = g.add_input(F32({8}));
+  const int c = g.add_input(F32({4, 1}));
+  int y = g.add1(Op::add, {x, b});
+  y = g.add1(Op::mul, {y, c});
+  y = g.add1(Op::tanh, {y});
+  const int z = g.add1(Op::gelu, {g.add1(Op::sub, {y, g.scalar(0.5, DType::Float32)})});
+  g.set_outputs({z, y});
+  check(g,
+        {random_tensor(F32({4, 8}), 1), random_tensor(F32({8}), 2), random_tensor(F32({4, 1}), 3)});
+}
+
+TEST(CompilerExec, ElementwiseOpsAgreeWithReference) {
+  for (Op op : {Op::exp, Op::log, Op::sqrt, Op::sigmoid, Op::silu, Op::erf, Op::sin, Op::cos,
+                Op::tanh, Op::gelu_tanh, Op::rsqrt, Op::abs, Op::floor, Op::round}) {
+    Graph g;
+    const int x = g.add_input(F32({3, 67}));
+    int in = x;
+    if (op == Op::log || op == Op::sqrt || op == Op::rsqrt) in = g.add1(Op::abs, {x});
+    g.set_outputs({g.add1(op, {in})});
+    SCOPED_TRACE(op_name(op));
+    check(g, {random_tensor(F32({3, 67}), 7, -6, 6)}, 3e-6, 2e-7);
+  }
+}
+
+TEST(CompilerExec, SoftmaxAndLayerNormEachFuseIntoOneKernel) {
+  Graph g;
+  const int x = g.add_input(F32({5, 33}));
+  const int w = g.add_input(F32({33}));
+  const int sm = g.add1(Op::softmax, {x}, A({{"dim", int64_t{-1}}}));
+  const int mean =
+      g.add1(Op::mean, {x}, A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
+  const int d = g.add1(Op::sub, {x, mean});
+  const int var = g.add1(Op::mean, {g.add1(Op::mul, {d, d})},
+                         A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{1}}}));
+  const int r = g.add1(Op::rsqrt, {g.add1(Op::add, {var, g.scalar(1e-5, DType::Float32)})});
+  const int ln = g.add1(Op::mul, {g.add1(Op::mul, {d, r}), w});
+  g.set_outputs({sm, ln});
+  check(g, {random_tensor(F32({5, 33}), 11), random_tensor(F32({33}), 12)});
+  Compiled c;
+  std::vector<HostTensor> in = {random_tensor(F32({5, 33}), 11), random_tensor(F32({33}), 12)};
+  compile_and_run(g, in, 2, &c);
+  ASSERT_EQ(c.program.steps.size(), 2u) << describe(c.program);
+  for (const Step& s : c.program.steps) EXPECT_EQ(s.kind, StepKind::Fused);
+}
+
+TEST(CompilerExec, ReductionsOverLeadingAndAllDims) {
+  Graph g;
+  const int x = g.add_input(F32({6, 4, 5}));
+  g.set_outputs(
+      {g.add1(Op::sum, {x}, A({{"dims", std::vector<int64_t>{0}}, {"keepdim", int64_t{0}}})),
+       g.add1(Op::amax, {x}, A({{"dims", std::vector<int64_t>{0, 2}}, {"keepdim", int64_t{1}}})),
+       g.add1(Op::sum, {x}, A({{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}})),
+       g.add1(Op::argmax, {x}, A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}}))});
+  check(g, {random_tensor(F32({6, 4, 5}), 5)});
+}
+
+TEST(CompilerExec, LongRowReductionIsChunked) {
+  Graph g;
+  const int x = g.add_input(F32({2, 20000}));
+  g.set_outputs({g.add1(Op::sum, {g.add1(Op::mul, {x, x})},
+                        A({{"dims", std::vector<int64_t>{1}}, {"keepdim", int64_t{0}}}))});
+  check(g, {random_tensor(F32({2, 20000}), 9)}, 1e-5, 1e-4);
+}
+
+TEST(CompilerExec, PermuteReshapeChainsRefineTheDomain) {
+  Graph g;
+  const int x = g.add_input(F32({2, 3, 4}));
+  const int p = g.add1(Op::permute, {x}, A({{"perm", std::vector<int64_t>{2, 0, 1}}}));
+  const int e = g.add1(Op::exp, {p});
+  const int r = g.add1(Op::reshape, {e}, A({{"shape", std::vector<int64_t>{4, 6}}}));
+  const int t = g.add1(Op::permute, {r}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int r2 = g.add1(Op::reshape, {t}, A({{"shape", std::vector<int64_t>{24}}}));
+  g.set_outputs({g.add1(Op::add, {r2, g.scalar(1.0, DType::Float32)})});
+  check(g, {random_tensor(F32({2, 3, 4}), 4)});
+}
+
+TEST(CompilerExec, RotaryEmbeddingWithCatIsOneKernel) {
+  Graph g;
+  const int q = g.add_input(F32({1, 2, 3, 8}));
+  const int cs = g.add_input(F32({3, 8}));
+  const int sn = g.add_input(F32({3, 8}));
+  const int hi = g.add1(
+      Op::slice, {q},
+      A({{"dim", int64_t{3}}, {"start", int64_t{4}}, {"end", int64_t{8}}, {"step", int64_t{1}}}));
+  const int lo = g.add1(
+      Op::slice, {q},
+      A({{"dim", int64_t{3}}, {"start", int64_t{0}}, {"end", int64_t{4}}, {"step", int64_t{1}}}));
+  const int rot = g.add1(Op::cat, {g.add1(Op::neg, {hi}), lo}, A({{"dim", int64_t{-1}}}));
+  const int out = g.add1(Op::add, {g.add1(Op::mul, {q, cs}), g.add1(Op::mul, {rot, sn})});
+  g.set_outputs({out});
+  check(g, {random_tensor(F32({1, 2, 3, 8}), 1), random_tensor(F32({3, 8}), 2),
+            random_tensor(F32({3, 8}), 3)});
+  Compiled c;
+  std::vector<HostTensor> in = {random_tensor(F32({1, 2, 3, 8}), 1), random_tensor(F32({3, 8}), 2),
+                                random_tensor(F32({3, 8}), 3)};
+  compile_and_run(g, in, 2, &c);
+  EXPECT_EQ(c.program.steps.size(), 1u) << describe(c.program);
+}
+
+TEST(CompilerExec, PadWithValue) {
+  Graph g;
+  const int x = g.add_input(F32({3, 4}));
+  g.set_outputs({g.add1(Op::pad, {g.add1(Op::exp, {x})},
+                        A({{"pads", std::vector<int64_t>{1, 2, 0, 1}}, {"value", -1.5}}))});
+  check(g, {random_tensor(F32({3, 4}), 8)});
+}
+
+TEST(CompilerExec, IotaComparisonMask) {
+  Graph g;
+  const int pos = g.add_input(TensorType{DType::Int64, {1}});
+  const int ar = g.add1(Op::iota, {},
+                        A({{"shape", std::vector<int64_t>{1, 6}},
+                           {"dim", int64_t{1}},
+                           {"dtype", static_cast<int64_t>(DType::Int64)}}));
+  const int pr = g.add1(Op::reshape, {pos}, A({{"shape", std::vector<int64_t>{1, 1}}}));
+  const int le = g.add1(Op::le, {ar, pr});
+  const int m =
+      g.add1(Op::where, {le, g.scalar(0.0, DType::Float32), g.scalar(-INFINITY, DType::Float32)});
+  g.set_outputs({m});
+  HostTensor p{TensorType{DType::Int64, {1}}, {3}};
+  check(g, {p});
+}
+
+TEST(CompilerExec, MatmulWithBiasEpilogue) {
+  Graph g;
+  const int x = g.add_input(F32({5, 16}));
+  const int w = g.add_input(F32({12, 16}));
+  const int b = g.add_input(F32({12}));
+  const int wt = g.add1(Op::permute, {w}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int y = g.add1(Op::matmul, {x, wt});
+  g.set_outputs({g.add1(Op::relu, {g.add1(Op::add, {y, b})})});
+  check(g,
+        {random_tensor(F32({5, 16}), 1), random_tensor(F32({12, 16}), 2),
+         random_tensor(F32({12}), 3)},
+        1e-5, 1e-5);
+  Compiled c;
+  std::vector<HostTensor> in = {random_tensor(F32({5, 16}), 1), random_tensor(F32({12, 16}), 2),
+                                random_tensor(F32({12}), 3)};
+  compile_and_run(g, in, 2, &c);
+  ASSERT_EQ(c.program.steps.size(), 1u) << describe(c.program);
+  EXPECT_EQ(c.program.steps[0].kind, StepKind::Gemm);
+  EXPECT_TRUE(c.program.steps[0].kernel != nullptr);
+}
+
+TEST(CompilerExec, BatchedMatmulBf16) {
+  Graph g;
+  const TensorType at{DType::BFloat16, {3, 2, 8}}, bt{DType::BFloat16, {3, 8, 5}};
+  const int a = g.add_input(at);
+  const int b = g.add_input(bt);
+  g.set_outputs({g.add1(Op::matmul, {a, b})});
+  // bf16 output: one rounding of an fp32 accumulation; the reference rounds the exact sum.
+  check(g, {random_tensor(at, 3), random_tensor(bt, 4)}, 1e-2, 1e-2);
+}
+
+TEST(CompilerExec, AttentionPatternFusesAndMatches) {
+  // scores = (q @ k^T) / 2 + mask ; softmax ; @ v, written with 3-D batch matmuls.
+  Graph g;
+  const int B = 1, H = 2, S = 5, D = 4;
+  const int q = g.add_input(F32({B, H, S, D}));
+  const int k = g.add_input(F32({B, H, S, D}));
+  const int v = g.add_input(F32({B, H, S, D}));
+  const int mask = g.add_input(F32({1, 1, S, S}));
+  const int q3 = g.add1(Op::reshape, {q}, A({{"shape", std::vector<int64_t>{B * H, S, D}}}));
+  const int kt = g.add1(Op::permute, {k}, A({{"perm", std::vector<int64_t>{0, 1, 3, 2}}}));
+  const int k3 = g.add1(Op::reshape, {kt}, A({{"shape", std::vector<int64_t>{B * H, D, S}}}));
+  const int s3 = g.add1(Op::matmul, {q3, k3});
+  const int s4 = g.add1(Op::reshape, {s3}, A({{"shape", std::vector<int64_t>{B, H, S, S}}}));
+  const int sc = g.add1(Op::add, {g.add1(Op::div, {s4, g.scalar(2.0, DType::Float32)}), mask});
+  const int p = g.add1(Op::softmax, {sc}, A({{"dim", int64_t{-1}}}));
+  const int p3 = g.add1(Op::reshape, {p}, A({{"shape", std::vector<int64_t>{B * H, S, S}}}));
+  const int v3 = g.add1(Op::reshape, {v}, A({{"shape", std::vector<int64_t>{B * H, S, D}}}));
+  const int o3 = g.add1(Op::matmul, {p3, v3});
+  g.set_outputs({g.add1(Op::reshape, {o3}, A({{"shape", std::vector<int64_t>{B, H, S, D}}}))});
+  HostTensor m{F32({1, 1, S, S}), std::vector<double>(S * S, 0.0)};
+  for (int i = 0; i < S; ++i)
+    for (int j = i + 1; j < S; ++j) m.v[static_cast<size_t>(i * S + j)] = -INFINITY;
+  std::vector<HostTensor> in = {random_tensor(F32({B, H, S, D}), 1),
+                                random_tensor(F32({B, H, S, D}), 2),
+                                random_tensor(F32({B, H, S, D}), 3), m};
+  check(g, in, 1e-5, 1e-6);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  ASSERT_EQ(c.program.steps.size(), 1u) << c.final_ir;
+  EXPECT_EQ(c.program.steps[0].kind, StepKind::Attention);
+}
+
+TEST(CompilerExec, KvCacheUpdateIsInPlace) {
+  // cache = index_put(cache, [None, None, pos], new) ; out = sum(cache) ; cache is mutated.
+  Graph g;
+  const int cache = g.add_input(F32({1, 2, 6, 4}));
+  const int pos = g.add_input(TensorType{DType::Int64, {1}});
+  const int nw = g.add_input(F32({1, 2, 1, 4}));
+  Node n;
+  n.op = Op::index_put;
+  n.inputs = {cache, nw, -1, -1, pos};
+  n.outputs = {g.add_value(F32({1, 2, 6, 4}))};
+  g.nodes.push_back(n);
+  const int upd = n.outputs[0];
+  g.set_outputs(
+      {g.add1(Op::sum, {upd}, A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}}))});
+  g.mutations.push_back(Mutation{0, upd});
+  HostTensor p{TensorType{DType::Int64, {1}}, {4}};
+  check(g, {random_tensor(F32({1, 2, 6, 4}), 1), p, random_tensor(F32({1, 2, 1, 4}), 2)});
+  Compiled c;
+  std::vector<HostTensor> in = {random_tensor(F32({1, 2, 6, 4}), 1), p,
+                                random_tensor(F32({1, 2, 1, 4}), 2)};
+  compile_and_run(g, in, 2, &c);
+  for (const Step& s : c.program.steps)
+    EXPECT_NE(s.kind, StepKind::Copy) << "the cache update must not copy the cache";
+  ASSERT_EQ(c.program.mutated_inputs, std::vector<int>{0});
+}
+
+TEST(CompilerExec, IndexOutOfRangeIsAnError) {
+  Graph g;
+  const int w = g.add_input(F32({10, 4}));
+  const int ids = g.add_input(TensorType{DType::Int64, {3}});
+  Node n;
+  n.op = Op::index;
+  n.inputs = {w, ids};
+  n.outputs = {g.add_value(F32({3, 4}))};
+  g.nodes.push_back(n);
+  g.set_outputs({n.outputs[0]});
+  std::vector<HostTensor> in = {random_tensor(F32({10, 4}), 1),
+                                HostTensor{TensorType{DType::Int64, {3}}, {1, 12, 3}}};
+  try {
+    compile_and_run(g, in);
+    FAIL() << "expected an error";
+  } catch (const ExecError& e) {
+    EXPECT_NE(std::string(e.what()).find("index 12 is out of bounds for dimension 0 with size 10"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CompilerExec, Bf16ElementwiseRoundsPerOp) {
+  Graph g;
+  const TensorType t{DType::BFloat16, {4, 9}};
+  const int x = g.add_input(t);
+  const int y = g.add_input(t);
+  g.set_outputs({g.add1(Op::mul, {g.add1(Op::add, {x, y}), g.add1(Op::silu, {y})})});
+  check(g, {random_tensor(t, 1), random_tensor(t, 2)}, 8e-3, 1e-3);
+}
+
+TEST(CompilerExec, OptLevelZeroStillCorrect) {
+  Graph g;
+  const int x = g.add_input(F32({4, 8}));
+  const int y = g.add1(Op::softmax, {g.add1(Op::exp, {x})}, A({{"dim", int64_t{0}}}));
+  g.set_outputs({y});
+  check(g, {random_tensor(F32({4, 8}), 1)}, 2e-5, 1e-6, 0);
+}
+
+}  // namespace
+}  // namespace neuron::cc::test

@@ -1,0 +1,118 @@
+"""The NEFF cache across processes: a NEFF appears on disk, a second process loads it instead
+of compiling, four processes compiling the same graph at once compile it once, and a
+truncated or corrupted entry is detected by its checksum and recompiled."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+SCRIPT = r"""
+import json, sys, torch, torch_neuronx
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 5)).to("neuron")
+x = torch.randn(2, 10)
+with torch.no_grad():
+    out = torch.compile(model, backend="neuron")(x.to("neuron")).cpu()
+    want = model.cpu()(x)
+assert torch.allclose(out, want, rtol=1e-5, atol=1e-6), (out, want)
+m = torch.neuron.get_dynamo_metrics()
+print("METRICS " + json.dumps({k: v for k, v in m.items() if not isinstance(v, dict)}))
+"""
+
+
+def _run(cache_dir, extra_env=None, script=SCRIPT):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(cache_dir)
+    env.update(extra_env or {})
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=REPO)
+
+
+def _metrics(proc):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    line = next(ln for ln in out.splitlines() if ln.startswith("METRICS "))
+    return json.loads(line[len("METRICS "):]), err
+
+
+def _neffs(cache_dir):
+    return glob.glob(os.path.join(str(cache_dir), "*.neff"))
+
+
+def test_lab1_example_prints_shapes_and_writes_a_neff(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python")
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path)
+    r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "lab1", "torch_compile.py")], capture_output=True,
+                       text=True, env=env, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["Input shape:  torch.Size([2, 10])", "Output shape: torch.Size([2, 5])"]
+    assert "Warning" not in r.stderr, r.stderr
+    assert len(_neffs(tmp_path)) == 1
+
+
+def test_second_process_hits_the_disk_cache(tmp_path):
+    m1, _ = _metrics(_run(tmp_path))
+    assert m1["graphs_compiled"] == 1 and m1["cache_writes"] == 1
+    # Warm start: the Dynamo-graph index leads straight to the NEFF (AOT is skipped).
+    m2, _ = _metrics(_run(tmp_path))
+    assert m2["graphs_compiled"] == 0
+    assert m2["cache_hits_disk"] == 1 and m2["warm_starts"] == 1
+    # Without the index the graph is traced again and its NEFF still comes from disk.
+    for f in glob.glob(str(tmp_path / "frontend" / "*.json")):
+        os.remove(f)
+    m3, _ = _metrics(_run(tmp_path))
+    assert m3["graphs_compiled"] == 0 and m3["cache_hits_disk"] == 1 and m3["warm_starts"] == 0
+    assert len(_neffs(tmp_path)) == 1
+
+
+def test_four_processes_compile_the_same_graph_once(tmp_path):
+    procs = [_run(tmp_path, {"TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT": "300"}) for _ in range(4)]
+    ms = [_metrics(p)[0] for p in procs]
+    assert sum(m["graphs_compiled"] for m in ms) == 1, ms
+    assert sum(m["cache_hits_disk"] for m in ms) == 3, ms
+    assert len(_neffs(tmp_path)) == 1
+    assert not glob.glob(str(tmp_path / "*.tmp*"))  # no leftover partial writes
+
+
+def _corrupt_and_rerun(tmp_path, mutate):
+    _metrics(_run(tmp_path))
+    [neff] = _neffs(tmp_path)
+    with open(neff, "r+b") as f:
+        mutate(f, os.path.getsize(neff))
+    m, err = _metrics(_run(tmp_path))
+    assert m["cache_corrupted"] == 1 and m["graphs_compiled"] == 1, m
+    assert "NEFF cache entry rejected and recompiled" in err
+    # The rewritten entry is valid again.
+    m2, _ = _metrics(_run(tmp_path))
+    assert m2["graphs_compiled"] == 0 and m2["cache_corrupted"] == 0
+    return err
+
+
+def test_corrupted_cache_entry_is_recompiled(tmp_path):
+    def flip(f, size):
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0x40]))
+
+    err = _corrupt_and_rerun(tmp_path, flip)
+    assert "checksum mismatch" in err
+
+
+def test_truncated_cache_entry_is_recompiled(tmp_path):
+    err = _corrupt_and_rerun(tmp_path, lambda f, size: f.truncate(size - 100))
+    assert "truncated" in err
+
+
+def test_disabled_disk_cache_writes_nothing(tmp_path):
+    m, _ = _metrics(_run(tmp_path, {"TORCH_NEURONX_DISABLE_NEFF_CACHE": "1"}))
+    assert m["graphs_compiled"] == 1 and m["cache_writes"] == 0
+    assert _neffs(tmp_path) == []
