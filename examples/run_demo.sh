@@ -12,6 +12,14 @@ echo "################ Lab 1, Step 1: device & tensor basics ################"
 (cd examples/lab1 && ../../$PY step1_device_basics.py)
 
 echo
+echo "################ Lab 1, Step 3: torch.compile(backend=\"neuron\") ################"
+(cd examples/lab1 && ../../$PY torch_compile.py)
+
+echo
+echo "################ Lab 1, Step 4: NKI kernel as a PyTorch op (@nki_op) ################"
+(cd examples/lab1 && ../../$PY nki_integration.py)
+
+echo
 echo "################ Lab 1, Step 5: FSDP with torchrun (4 NeuronCores) ################"
 (cd examples/lab1 && NEURON_RT_VIRTUAL_CORE_SIZE=2 NEURON_RT_NUM_CORES=4 \
   ../../.venv/bin/torchrun --nproc_per_node 4 --rdzv_backend c10d --rdzv_endpoint localhost:29500 \
