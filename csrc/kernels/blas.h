@@ -20,7 +20,8 @@ using gemm16_fn = void (*)(const char* ta, const char* tb, const int* m, const i
                            const int* ldb, const float* beta, float* c, const int* ldc);
 
 // Sets the number of BLAS threads for calls made from the calling thread (0 = the global
-// setting) and returns the previous value (MKL's mkl_set_num_threads_local).
+// setting) and returns the previous value (MKL's C entry MKL_Set_Num_Threads_Local; the
+// lower-case symbol is the Fortran one, taking a pointer).
 using set_threads_fn = int (*)(int);
 
 struct Functions {
