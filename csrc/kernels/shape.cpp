@@ -33,14 +33,17 @@ void linspace(const TensorRef& out, double start, double end) {
   const int64_t n = out.numel();
   const int64_t s = out.ndim ? out.strides[0] : 1;
   if (n == 0) return;
-  const double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
   const int64_t half = n / 2;
   dispatch_all(out.dtype, [&](auto tag) {
     using T = decltype(tag);
+    // The step type of ATen's CPU kernel: double for integers and fp64, float otherwise.
+    using S = std::conditional_t<std::is_integral_v<T> || std::is_same_v<T, double> || is_complex_v<T>, double, float>;
+    const S st = static_cast<S>(start), en = static_cast<S>(end);
+    const S step = n > 1 ? (en - st) / static_cast<S>(n - 1) : S(0);
     T* o = static_cast<T*>(out.data);
     rt::parallel_for(0, n, 1 << 16, [&](int64_t a, int64_t b) {
       for (int64_t i = a; i < b; ++i) {
-        const double v = i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - i - 1);
+        const S v = i < half ? st + step * static_cast<S>(i) : en - step * static_cast<S>(n - i - 1);
         if constexpr (is_complex_v<T>) {
           o[i * s] = T(static_cast<typename T::value_type>(v), 0);
         } else {

@@ -56,6 +56,8 @@ inline void prepare_out(const char* op, const at::Tensor& out, c10::IntArrayRef 
 // True when `out` shares memory with `t` (then a kernel writes into a temporary first).
 inline bool overlaps(const at::Tensor& out, const at::Tensor& t) {
   if (!out.defined() || !t.defined() || out.numel() == 0 || t.numel() == 0) return false;
+  if (!out.storage().is_alias_of(t.storage())) return false;
+  // Same storage: exact answer for dense tensors, conservative (overlap) otherwise.
   return at::get_overlap_status(out, t) != at::MemOverlapStatus::No;
 }
 
