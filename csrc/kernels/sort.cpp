@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -223,6 +224,80 @@ void multinomial(const TensorRef& out, const TensorRef& probs, int64_t n, bool r
       });
     }
   });
+}
+
+void unique_compute(const TensorRef& self, bool want_inverse, bool want_counts, UniqueResult* r) {
+  const int64_t n = self.numel();
+  const size_t esz = element_size(self.dtype);
+  dispatch_all(self.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    check_sortable<T>("unique");
+    if constexpr (!is_complex_v<T>) {
+      using K = Key<T>;
+      using Stored = std::conditional_t<std::is_same_v<T, bool>, unsigned char, T>;  // no vector<bool>
+      // Gather in row-major order.
+      std::vector<Stored> vals(static_cast<size_t>(n));
+      {
+        int64_t coord[kMaxDims] = {};
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t off = 0;
+          for (int d = 0; d < self.ndim; ++d) off += coord[d] * self.strides[d];
+          vals[static_cast<size_t>(i)] = static_cast<Stored>(static_cast<const T*>(self.data)[off]);
+          for (int d = self.ndim - 1; d >= 0; --d) {
+            if (++coord[d] < self.sizes[d]) break;
+            coord[d] = 0;
+          }
+        }
+      }
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      std::iota(order.begin(), order.end(), int64_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return before(static_cast<K>(static_cast<T>(vals[static_cast<size_t>(a)])),
+                      static_cast<K>(static_cast<T>(vals[static_cast<size_t>(b)])), false);
+      });
+      std::vector<Stored> uniq;
+      if (want_inverse) r->inverse.assign(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        const Stored v = vals[static_cast<size_t>(order[static_cast<size_t>(i)])];
+        // NaN != NaN: every NaN is its own value, like ATen's sorted unique.
+        const bool fresh =
+            uniq.empty() || !(static_cast<K>(static_cast<T>(uniq.back())) == static_cast<K>(static_cast<T>(v)));
+        if (fresh) {
+          uniq.push_back(v);
+          if (want_counts) r->counts.push_back(0);
+        }
+        if (want_counts) ++r->counts.back();
+        if (want_inverse) r->inverse[static_cast<size_t>(order[static_cast<size_t>(i)])] = static_cast<int64_t>(uniq.size()) - 1;
+      }
+      r->count = static_cast<int64_t>(uniq.size());
+      r->values.resize(uniq.size() * esz);
+      if (!uniq.empty()) std::memcpy(r->values.data(), uniq.data(), uniq.size() * esz);
+    }
+  });
+}
+
+void unique_write(const UniqueResult& r, const TensorRef& values, const TensorRef& inverse, const TensorRef& counts) {
+  const size_t esz = element_size(values.dtype);
+  const int64_t vs = values.ndim ? values.strides[0] : 1;
+  for (int64_t i = 0; i < r.count; ++i)
+    std::memcpy(static_cast<char*>(values.data) + i * vs * static_cast<int64_t>(esz), r.values.data() + i * esz, esz);
+  if (counts.data) {
+    const int64_t cs = counts.ndim ? counts.strides[0] : 1;
+    for (int64_t i = 0; i < r.count; ++i) static_cast<int64_t*>(counts.data)[i * cs] = r.counts[static_cast<size_t>(i)];
+  }
+  if (inverse.data) {
+    int64_t coord[kMaxDims] = {};
+    const int64_t n = inverse.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t off = 0;
+      for (int d = 0; d < inverse.ndim; ++d) off += coord[d] * inverse.strides[d];
+      static_cast<int64_t*>(inverse.data)[off] = r.inverse[static_cast<size_t>(i)];
+      for (int d = inverse.ndim - 1; d >= 0; --d) {
+        if (++coord[d] < inverse.sizes[d]) break;
+        coord[d] = 0;
+      }
+    }
+  }
 }
 
 }  // namespace neuron::kernels

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor_ref.h"
 
@@ -23,6 +24,18 @@ void topk(const TensorRef& values, const TensorRef& indices, const TensorRef& se
 // (without replacement) fewer than n non-zero categories.
 void multinomial(const TensorRef& out, const TensorRef& probs, int64_t n, bool replacement, uint64_t seed,
                  uint64_t offset);
+
+// torch.unique (sorted): the distinct elements of `self` (all of it, row-major), the index of
+// each element's value among them, and the count of each. Two phases, because the result size
+// depends on the data: unique_compute fills `r` (host scratch), unique_write copies it into
+// outputs of r.count elements (inverse: self's shape, may be null; counts may be null).
+struct UniqueResult {
+  int64_t count = 0;
+  std::vector<unsigned char> values;  // count elements of self's dtype
+  std::vector<int64_t> inverse, counts;
+};
+void unique_compute(const TensorRef& self, bool want_inverse, bool want_counts, UniqueResult* r);
+void unique_write(const UniqueResult& r, const TensorRef& values, const TensorRef& inverse, const TensorRef& counts);
 
 // The counter-based generator above (Philox 4x32, 10 rounds) as uniform doubles in [0, 1):
 // value i of the stream (seed, offset).
