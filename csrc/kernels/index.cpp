@@ -119,10 +119,22 @@ void index_select(const TensorRef& out, const TensorRef& src, int dim, const Ten
     const int64_t v = idx[i];
     if (v < 0 || v >= size) out_of_bounds(op, v, dim, size);
   }
+  const auto e = static_cast<int64_t>(esz);
+  if (plan.ndim <= 1 && (plan.ndim == 0 || (plan.strides[0][0] == e && plan.strides[1][0] == e))) {
+    // Dense slices (embedding rows): one memcpy each.
+    const size_t bytes = static_cast<size_t>(slice) * esz;
+    char* o = plan.base[0];
+    const char* sp = plan.base[1];
+    rt::parallel_for(0, idx.n, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, static_cast<int64_t>(bytes))),
+                     [&](int64_t a, int64_t b) {
+                       for (int64_t i = a; i < b; ++i) std::memcpy(o + i * os * e, sp + idx[i] * ss * e, bytes);
+                     });
+    return;
+  }
   over_slices(idx.n, slice, [&](int64_t i) {
     LoopPlan<2> p = plan;
-    p.base[0] += i * os * static_cast<int64_t>(esz);
-    p.base[1] += idx[i] * ss * static_cast<int64_t>(esz);
+    p.base[0] += i * os * e;
+    p.base[1] += idx[i] * ss * e;
     copy_bytes_rows(p, esz);
   });
 }
@@ -154,6 +166,14 @@ void index_update(const TensorRef& self, int dim, const TensorRef& index, const 
   const TensorRef sr = drop_dim(source, dim);
   const LoopPlan<2> plan = make_plan<2>({&st, &sr});
   if (mode == IndexUpdate::Copy) {
+    const auto e = static_cast<int64_t>(esz);
+    if (plan.ndim <= 1 && (plan.ndim == 0 || (plan.strides[0][0] == e && plan.strides[1][0] == e)) &&
+        st.numel() * e < (1 << 16)) {
+      const size_t bytes = static_cast<size_t>(st.numel()) * esz;
+      for (int64_t i = 0; i < idx.n; ++i)  // in order: the last of duplicate indices wins
+        std::memcpy(plan.base[0] + target[static_cast<size_t>(i)] * ds * e, plan.base[1] + i * srcs * e, bytes);
+      return;
+    }
     over_slices(idx.n, st.numel(), [&](int64_t i) {
       LoopPlan<2> p = plan;
       p.base[0] += target[static_cast<size_t>(i)] * ds * static_cast<int64_t>(esz);

@@ -241,6 +241,25 @@ void check_row_dtype(const char* op, const TensorRef& t) {
     throw std::invalid_argument(std::string(op) + ": unsupported dtype " + std::string(dtype_name(t.dtype)));
 }
 
+// A row as a dense array of the compute type: the tensor's memory when it already is one, else
+// a conversion into `buf`.
+template <typename C>
+const C* row_view(const TensorRef& t, int64_t row, C* buf, int64_t n) {
+  const int64_t s = t.ndim > 1 ? t.strides[1] : 1;
+  if (s == 1 && t.dtype == (std::is_same_v<C, float> ? DType::Float32 : DType::Float64))
+    return static_cast<const C*>(t.data) + row * t.strides[0];
+  load_row(t, row, buf, n);
+  return buf;
+}
+
+template <typename C>
+C* out_row(const TensorRef& t, int64_t row, C* buf) {
+  const int64_t s = t.ndim > 1 ? t.strides[1] : 1;
+  if (s == 1 && t.dtype == (std::is_same_v<C, float> ? DType::Float32 : DType::Float64))
+    return static_cast<C*>(t.data) + row * t.strides[0];
+  return buf;
+}
+
 template <typename C>
 void norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd, const TensorRef& input,
                   const TensorRef& weight, const TensorRef& bias, double eps, bool center, Isa isa) {
@@ -248,22 +267,23 @@ void norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& 
   const auto w = param<C>(weight, N), b = param<C>(bias, N);
   const RowOps<C> ops = row_ops<C>(isa);
   rt::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<C> x(static_cast<size_t>(N)), y(static_cast<size_t>(N));
+    std::vector<C> xb(static_cast<size_t>(N)), yb(static_cast<size_t>(N));
     for (int64_t r = r0; r < r1; ++r) {
-      load_row(input, r, x.data(), N);
+      const C* x = row_view(input, r, xb.data(), N);
       C mu = 0, var = 0;
       if (N > 0) {
         if (center) {
           C m2;
-          ops.moments(x.data(), N, &mu, &m2);
+          ops.moments(x, N, &mu, &m2);
           var = m2 / static_cast<C>(N);
         } else {
-          var = ops.sumsq(x.data(), N) / static_cast<C>(N);
+          var = ops.sumsq(x, N) / static_cast<C>(N);
         }
       }
       const C rs = static_cast<C>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      ops.apply(x.data(), N, mu, rs, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(), y.data());
-      store_row(out, r, y.data(), N);
+      C* y = out_row(out, r, yb.data());
+      ops.apply(x, N, mu, rs, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(), y);
+      if (y == yb.data()) store_row(out, r, y, N);
       if (center) set1(mean, r, mu);
       set1(rstd, r, rs);
     }
