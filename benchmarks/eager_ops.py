@@ -55,6 +55,7 @@ def cases(quick: bool):
     a32, b32 = rand(n, n), rand(n, n)
     a16, b16 = a32.bfloat16(), b32.bfloat16()
     gemv = {(k, o): (rand(1, k).bfloat16(), rand(o, k).bfloat16()) for k, o in ((512, 2048), (4096, 4096))}
+    skinny = (rand(16, 4096).bfloat16(), gemv[(4096, 4096)][1])
     x_rows = rand(rows, 4096)
     w_rows = rand(4096)
     L = 128 if quick else 512
@@ -76,6 +77,8 @@ def cases(quick: bool):
              (lambda kk, oo: lambda d: (lambda x, w: lambda: F.linear(x, w))(*on(d, *gemv[(kk, oo)])))(kk, oo))
             for kk, oo in ((512, 2048), (4096, 4096))
         ],
+        ("gemv", "bf16 linear batch 16, 4096->4096 (tall-skinny)",
+         lambda d: (lambda x, w: lambda: F.linear(x, w))(*on(d, *skinny))),
         ("softmax", f"softmax fp32 {rows}x4096 (last dim)",
          lambda d: (lambda x: lambda: torch.softmax(x, -1))(*on(d, x_rows))),
         ("rmsnorm", f"rms_norm fp32 {rows}x4096 with weight",
@@ -100,11 +103,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small shapes (smoke run)")
     ap.add_argument("--budget", type=float, default=2.0, help="seconds per measurement")
+    ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
     torch.manual_seed(0)
     results = []
     print(f"{'family':12s} {'case':48s} {'cpu':>11s} {'neuron':>11s} {'speed':>7s}  native")
+    only = {f for f in args.only.split(",") if f}
     for family, desc, setup in cases(args.quick):
+        if only and family not in only:
+            continue
         cpu_fn = setup("cpu")
         neuron_fn = setup("neuron")
         torch.neuron.synchronize()
@@ -124,6 +131,8 @@ def main() -> None:
 
         print(f"{family:12s} {desc:48s} {fmt(t_cpu)} {fmt(t_neuron)} {speed:6.2f}x  {'yes' if native else 'NO'}")
         del cpu_fn, neuron_fn
+    if only:  # a partial run does not replace the recorded results
+        return
     path = write_result("eager_ops", {"quick": args.quick, "threads": torch.get_num_threads(),
                                       "neuron_host_threads": torch_neuronx._C._host_threads(), "rows": results})
     print(f"wrote {path}")

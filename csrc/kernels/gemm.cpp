@@ -284,7 +284,9 @@ GemmProblem transposed(const GemmProblem& p) {
   return q;
 }
 
-constexpr int64_t kSmallSide = 8;
+// Up to 16 rows the bandwidth-bound kernels beat MKL on the hosts measured (MKL converts 16-bit
+// operands and packs B on every call): the "batch 16" row of benchmarks/eager_ops.py.
+constexpr int64_t kSmallSide = 16;
 
 // The small-side problem gemm() hands to gemm_small_m (with the small side as m), if any.
 bool small_route(const GemmProblem& p, GemmProblem* out) {

@@ -2,7 +2,7 @@
 //   C[b] = alpha * A[b] @ B[b] + beta * C[b]      for b in [0, batch)
 // with arbitrary element strides, fp32 accumulation for 16-bit inputs, and the output in the
 // input dtype or fp32. Routing (measured, see benchmarks/eager_ops.py):
-//  - a small side (decode-time `x @ W^T`, min(m, n) <= 8) on 16-bit or fp32 inputs: the
+//  - a small side (decode-time `x @ W^T`, min(m, n) <= 16) on 16-bit or fp32 inputs: the
 //    bandwidth-bound kernels of gemv.h (AVX2 when the host has it);
 //  - otherwise the host BLAS (MKL from the torch wheel, blas.h), batches of small products
 //    spread over the host pool with one BLAS thread each;

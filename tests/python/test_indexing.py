@@ -36,6 +36,7 @@ def test_index_select(dtype, dim):
     same(out, x.index_select(dim, idx))
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 def test_gather_and_scatter_family():
     x = rnd(5, 4, 3)
     idx = rint(0, 4, (5, 6, 3), seed=1)

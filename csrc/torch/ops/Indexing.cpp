@@ -632,9 +632,27 @@ at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& 
   NEURON_TRACK_OP("aten::index_fill_.int_Tensor");
   TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
-  const c10::Scalar v = value.item();  // a neuron value synchronizes here
-  index_update_into("aten::index_fill_.int_Tensor", "index_fill_", self, dim, index, nullptr,
-                    kernels::IndexUpdate::Fill, 1.0, &v);
+  if (!is_neuron(value)) {
+    const c10::Scalar v = value.item();
+    index_update_into("aten::index_fill_.int_Tensor", "index_fill_", self, dim, index, nullptr,
+                      kernels::IndexUpdate::Fill, 1.0, &v);
+    return self;
+  }
+  // A neuron value is read inside the task (ordered after its producer): no synchronization.
+  const at::Tensor idx = to_device(index, self.device());
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  check_index_update("index_fill_", self, d, idx, nullptr);
+  if (idx.numel() == 0 || self.numel() == 0) return self;
+  const at::Tensor vv = value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
+  const void* vp = vv.data_ptr();
+  const size_t esz = self.element_size();
+  const TensorRef s = make_ref(self), i = make_ref(idx.reshape({-1}));
+  const int di = static_cast<int>(d);
+  launch_on(self, "aten::index_fill_.int_Tensor", [s, i, di, vp, esz] {
+    unsigned char b[16];
+    std::memcpy(b, vp, esz);
+    kernels::index_update(s, di, i, TensorRef(), kernels::IndexUpdate::Fill, 1.0, b, "index_fill_");
+  });
   return self;
 }
 
