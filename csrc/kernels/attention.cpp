@@ -103,7 +103,7 @@ void apply_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_
     float* s = S + i * nk;
     if (a.mask_dtype == DType::Bool) {
       for (int64_t j = 0; j < nk; ++j)
-        if (!*reinterpret_cast<const bool*>(mr + j * a.mask_s[3] * esz)) s[j] = kNegInf;
+        if (*reinterpret_cast<const bool*>(mr + j * a.mask_s[3] * esz) == a.mask_excludes) s[j] = kNegInf;
     } else {
       strided_to_f32(mr, a.mask_dtype, a.mask_s[3], row.data(), nk);
       for (int64_t j = 0; j < nk; ++j) s[j] += row[static_cast<size_t>(j)];

@@ -27,6 +27,9 @@ struct AttentionArgs {
   const void* mask = nullptr;
   DType mask_dtype = DType::Bool;
   int64_t mask_s[4] = {};
+  // Boolean masks: false (default) means true = attend (SDPA); true means true = masked out (the
+  // key-padding / src-mask convention of nn.MultiheadAttention's fused path).
+  bool mask_excludes = false;
   bool causal = false;
   double scale = 1.0;
 };

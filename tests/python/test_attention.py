@@ -103,3 +103,45 @@ def test_mismatched_heads_without_enable_gqa_is_an_error():
     q, k = torch.randn(1, 4, 3, 8, device=N), torch.randn(1, 2, 3, 8, device=N)
     with pytest.raises(RuntimeError):
         F.scaled_dot_product_attention(q, k, k)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_transformer_encoder_inference_fast_path(norm_first, activation):
+    torch.manual_seed(0)
+
+    def make():
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+                                                 batch_first=True, norm_first=norm_first, activation=activation)
+        return torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+
+    cpu = make()
+    neu = make()
+    neu.load_state_dict(cpu.state_dict())
+    neu = neu.to(N)
+    x = rnd(2, 5, 32)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    for kw in ({}, {"src_key_padding_mask": pad}, {"mask": causal}):
+        with torch.no_grad():
+            out_c = cpu(x, **kw)
+            torch_neuronx.clear_op_tracking()
+            out_n = neu(x.to(N), **{k: v.to(N) for k, v in kw.items()})
+        torch.testing.assert_close(out_n.cpu(), out_c, rtol=2e-5, atol=2e-5)
+        assert "aten::_transformer_encoder_layer_fwd" in torch_neuronx.get_executed_ops()
+        assert "aten::_transformer_encoder_layer_fwd" not in torch_neuronx.get_fallback_ops()
+
+
+def test_multihead_attention_module_with_weights():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    mhan = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    mhan.load_state_dict(mha.state_dict())
+    mhan = mhan.to(N)
+    x = rnd(2, 5, 32)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        oc, wc = mha(x, x, x, key_padding_mask=pad)
+        on, wn = mhan(x.to(N), x.to(N), x.to(N), key_padding_mask=pad.to(N))
+    torch.testing.assert_close(on.cpu(), oc, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(wn.cpu(), wc, rtol=2e-5, atol=2e-5)

@@ -12,6 +12,7 @@ of either device decides the direction.
 
 import torch
 import torch.nn as nn
+import torch_neuronx
 
 from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
 
@@ -54,4 +55,17 @@ def test_transformer_encoder_adamw_trains_like_cpu():
         opt_c.step()
         opt_n.step()
     assert_close_dicts(params(neuron), params(cpu), rtol=0, atol=2 * 1e-3 * 3, what="param")
+    # Inference takes PyTorch's fused encoder-layer path (_transformer_encoder_layer_fwd), with a
+    # key-padding mask; compared on identical weights.
+    cpu.eval()
+    ref = Model().eval()
+    ref.load_state_dict(neuron.state_dict())
+    neuron.eval()
+    pad = torch.zeros(4, 12, dtype=torch.bool)
+    pad[1, 9:] = True
+    with torch.no_grad():
+        out_n = neuron.head(neuron.encoder(Xn, src_key_padding_mask=pad.to("neuron")))
+        out_c = ref.head(ref.encoder(X, src_key_padding_mask=pad))
+    torch.testing.assert_close(out_n.cpu(), out_c, rtol=2e-4, atol=2e-5)
+    assert "aten::_transformer_encoder_layer_fwd" in torch_neuronx.get_executed_ops()
     assert_no_fallback()
