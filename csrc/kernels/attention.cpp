@@ -49,8 +49,8 @@ float exp_sub(float* s, int64_t n, float mx) {
 
 // C[m, n] (ldc) = A @ B (+ C when accumulate), fp32, with A [m, k] given by (a, a_rs, a_cs) and
 // B [k, n] by (b, b_rs, b_cs).
-void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t b_rs,
-        int64_t b_cs, float* c, int64_t ldc, bool accumulate, float alpha = 1.0f) {
+void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
+        int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate, float alpha = 1.0f) {
   if (m == 0 || n == 0) return;
   GemmProblem p;
   p.m = m;
@@ -72,23 +72,23 @@ void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a
 }
 
 // Loads rows [r0, r0 + n) of a [*, *, L, F] operand (at (b, h)) into dense fp32 [n, F].
-void load_block(const void* base, DType dt, const int64_t s[4], int64_t b, int64_t h, int64_t r0, int64_t n,
-                int64_t F, float* dst) {
+void load_block(const void* base, DType dt, const int64_t s[4], int64_t b, int64_t h, int64_t r0,
+                int64_t n, int64_t F, float* dst) {
   const int64_t esz = static_cast<int64_t>(element_size(dt));
   const char* p = static_cast<const char*>(base) + (b * s[0] + h * s[1] + r0 * s[2]) * esz;
   for (int64_t i = 0; i < n; ++i) strided_to_f32(p + i * s[2] * esz, dt, s[3], dst + i * F, F);
 }
 
-void store_block(const float* src, void* base, DType dt, const int64_t s[4], int64_t b, int64_t h, int64_t r0,
-                 int64_t n, int64_t F) {
+void store_block(const float* src, void* base, DType dt, const int64_t s[4], int64_t b, int64_t h,
+                 int64_t r0, int64_t n, int64_t F) {
   const int64_t esz = static_cast<int64_t>(element_size(dt));
   char* p = static_cast<char*>(base) + (b * s[0] + h * s[1] + r0 * s[2]) * esz;
   for (int64_t i = 0; i < n; ++i) strided_from_f32(src + i * F, p + i * s[2] * esz, dt, s[3], F);
 }
 
 // Adds the mask (and causal -inf) to the scaled scores S [nq, nk] of queries q0.. and keys k0..
-void apply_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
-                float* S) {
+void apply_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_t nq, int64_t k0,
+                int64_t nk, float* S) {
   if (a.causal) {
     for (int64_t i = 0; i < nq; ++i)
       for (int64_t j = std::max<int64_t>(0, q0 + i + 1 - k0); j < nk; ++j) S[i * nk + j] = kNegInf;
@@ -103,7 +103,8 @@ void apply_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_
     float* s = S + i * nk;
     if (a.mask_dtype == DType::Bool) {
       for (int64_t j = 0; j < nk; ++j)
-        if (*reinterpret_cast<const bool*>(mr + j * a.mask_s[3] * esz) == a.mask_excludes) s[j] = kNegInf;
+        if (*reinterpret_cast<const bool*>(mr + j * a.mask_s[3] * esz) == a.mask_excludes)
+          s[j] = kNegInf;
     } else {
       strided_to_f32(mr, a.mask_dtype, a.mask_s[3], row.data(), nk);
       for (int64_t j = 0; j < nk; ++j) s[j] += row[static_cast<size_t>(j)];
@@ -113,10 +114,12 @@ void apply_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_
 
 void validate(const AttentionArgs& a) {
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0)
-    throw std::invalid_argument("scaled_dot_product_attention: the number of query heads (" + std::to_string(a.Hq) +
-                                ") must be a multiple of the number of key/value heads (" + std::to_string(a.Hkv) + ")");
+    throw std::invalid_argument(
+        "scaled_dot_product_attention: the number of query heads (" + std::to_string(a.Hq) +
+        ") must be a multiple of the number of key/value heads (" + std::to_string(a.Hkv) + ")");
   if (a.dtype != DType::Float32 && a.dtype != DType::BFloat16 && a.dtype != DType::Float16)
-    throw std::invalid_argument("scaled_dot_product_attention: unsupported dtype " + std::string(dtype_name(a.dtype)));
+    throw std::invalid_argument("scaled_dot_product_attention: unsupported dtype " +
+                                std::string(dtype_name(a.dtype)));
 }
 
 // Keys [k0, k_end) a block of queries [q0, q0 + nq) can see under the causal mask.
@@ -126,7 +129,8 @@ int64_t key_end(const AttentionArgs& a, int64_t q0, int64_t nq) {
 
 }  // namespace
 
-void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4], float* lse, const int64_t lse_s[3]) {
+void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4], float* lse,
+                       const int64_t lse_s[3]) {
   validate(a);
   if (a.B == 0 || a.Hq == 0 || a.Lq == 0 || a.Dv == 0) return;
   const int64_t group = a.Hq / a.Hkv;
@@ -135,8 +139,9 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
   const float scale = static_cast<float>(a.scale);
   rt::parallel_for(0, units, 1, [&](int64_t u0, int64_t u1) {
     std::vector<float> Q(static_cast<size_t>(kBq * a.D)), K(static_cast<size_t>(kBk * a.D)),
-        V(static_cast<size_t>(kBk * a.Dv)), S(static_cast<size_t>(kBq * kBk)), O(static_cast<size_t>(kBq * a.Dv)),
-        m(static_cast<size_t>(kBq)), l(static_cast<size_t>(kBq));
+        V(static_cast<size_t>(kBk * a.Dv)), S(static_cast<size_t>(kBq * kBk)),
+        O(static_cast<size_t>(kBq * a.Dv)), m(static_cast<size_t>(kBq)),
+        l(static_cast<size_t>(kBq));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / (a.Hq * nqb), h = (u / nqb) % a.Hq, qb = u % nqb;
       const int64_t hk = h / group;
@@ -178,7 +183,9 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
         float* o = O.data() + i * a.Dv;
         const float inv = li > 0 ? 1.0f / li : 0.0f;
         for (int64_t d = 0; d < a.Dv; ++d) o[d] *= inv;
-        if (lse) lse[b * lse_s[0] + h * lse_s[1] + (q0 + i) * lse_s[2]] = li > 0 ? m[static_cast<size_t>(i)] + std::log(li) : kNegInf;
+        if (lse)
+          lse[b * lse_s[0] + h * lse_s[1] + (q0 + i) * lse_s[2]] =
+              li > 0 ? m[static_cast<size_t>(i)] + std::log(li) : kNegInf;
       }
       store_block(O.data(), out, a.dtype, out_s, b, h, q0, nq, a.Dv);
     }
@@ -208,21 +215,26 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
   const int64_t group = a.Hq / a.Hkv;
   const float scale = static_cast<float>(a.scale);
   // Delta[b, h, i] = sum_d dO * O, and the log-sum-exp rows, as dense fp32.
-  std::vector<float> delta(static_cast<size_t>(a.B * a.Hq * a.Lq)), lse(static_cast<size_t>(a.B * a.Hq * a.Lq));
+  std::vector<float> delta(static_cast<size_t>(a.B * a.Hq * a.Lq)),
+      lse(static_cast<size_t>(a.B * a.Hq * a.Lq));
   rt::parallel_for(0, a.B * a.Hq, 1, [&](int64_t p0, int64_t p1) {
     std::vector<float> x(static_cast<size_t>(a.Dv)), y(static_cast<size_t>(a.Dv));
     const int64_t esz = static_cast<int64_t>(element_size(a.dtype));
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t b = p / a.Hq, h = p % a.Hq;
       for (int64_t i = 0; i < a.Lq; ++i) {
-        strided_to_f32(static_cast<const char*>(g.dout) + (b * g.dout_s[0] + h * g.dout_s[1] + i * g.dout_s[2]) * esz,
+        strided_to_f32(static_cast<const char*>(g.dout) +
+                           (b * g.dout_s[0] + h * g.dout_s[1] + i * g.dout_s[2]) * esz,
                        a.dtype, g.dout_s[3], x.data(), a.Dv);
-        strided_to_f32(static_cast<const char*>(g.out) + (b * g.out_s[0] + h * g.out_s[1] + i * g.out_s[2]) * esz,
+        strided_to_f32(static_cast<const char*>(g.out) +
+                           (b * g.out_s[0] + h * g.out_s[1] + i * g.out_s[2]) * esz,
                        a.dtype, g.out_s[3], y.data(), a.Dv);
         float s = 0;
-        for (int64_t d = 0; d < a.Dv; ++d) s += x[static_cast<size_t>(d)] * y[static_cast<size_t>(d)];
+        for (int64_t d = 0; d < a.Dv; ++d)
+          s += x[static_cast<size_t>(d)] * y[static_cast<size_t>(d)];
         delta[static_cast<size_t>(p * a.Lq + i)] = s;
-        lse[static_cast<size_t>(p * a.Lq + i)] = g.lse[b * g.lse_s[0] + h * g.lse_s[1] + i * g.lse_s[2]];
+        lse[static_cast<size_t>(p * a.Lq + i)] =
+            g.lse[b * g.lse_s[0] + h * g.lse_s[1] + i * g.lse_s[2]];
       }
     }
   });
@@ -233,8 +245,9 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
   if (g.dk || g.dv) {
     rt::parallel_for(0, a.B * a.Hkv * nkb, 1, [&](int64_t u0, int64_t u1) {
       std::vector<float> Q(static_cast<size_t>(kBq * a.D)), dO(static_cast<size_t>(kBq * a.Dv)),
-          K(static_cast<size_t>(kBk * a.D)), V(static_cast<size_t>(kBk * a.Dv)), S(static_cast<size_t>(kBq * kBk)),
-          dP(static_cast<size_t>(kBq * kBk)), dK(static_cast<size_t>(kBk * a.D)), dV(static_cast<size_t>(kBk * a.Dv));
+          K(static_cast<size_t>(kBk * a.D)), V(static_cast<size_t>(kBk * a.Dv)),
+          S(static_cast<size_t>(kBq * kBk)), dP(static_cast<size_t>(kBq * kBk)),
+          dK(static_cast<size_t>(kBk * a.D)), dV(static_cast<size_t>(kBk * a.Dv));
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / (a.Hkv * nkb), hk = (u / nkb) % a.Hkv, kb = u % nkb;
         const int64_t k0 = kb * kBk, nk = std::min(kBk, a.Lk - k0);
@@ -245,7 +258,8 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
         for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
           for (int64_t qb = 0; qb < nqb; ++qb) {
             const int64_t q0 = qb * kBq, nq = std::min(kBq, a.Lq - q0);
-            if (a.causal && q0 + nq - 1 < k0) continue;  // every query of the block is before these keys
+            if (a.causal && q0 + nq - 1 < k0)
+              continue;  // every query of the block is before these keys
             load_block(a.q, a.dtype, a.q_s, b, h, q0, nq, a.D, Q.data());
             load_block(g.dout, a.dtype, g.dout_s, b, h, q0, nq, a.Dv, dO.data());
             mm(nq, nk, a.D, Q.data(), a.D, 1, K.data(), 1, a.D, S.data(), nk, false, scale);
@@ -276,8 +290,9 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
   if (g.dq || g.dmask) {
     rt::parallel_for(0, a.B * a.Hq * nqb, 1, [&](int64_t u0, int64_t u1) {
       std::vector<float> Q(static_cast<size_t>(kBq * a.D)), dO(static_cast<size_t>(kBq * a.Dv)),
-          K(static_cast<size_t>(kBk * a.D)), V(static_cast<size_t>(kBk * a.Dv)), S(static_cast<size_t>(kBq * kBk)),
-          dP(static_cast<size_t>(kBq * kBk)), dQ(static_cast<size_t>(kBq * a.D));
+          K(static_cast<size_t>(kBk * a.D)), V(static_cast<size_t>(kBk * a.Dv)),
+          S(static_cast<size_t>(kBq * kBk)), dP(static_cast<size_t>(kBq * kBk)),
+          dQ(static_cast<size_t>(kBq * a.D));
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = u / (a.Hq * nqb), h = (u / nqb) % a.Hq, qb = u % nqb;
         const int64_t hk = h / group;
@@ -312,7 +327,8 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
                         g.dmask + ((b * a.Hq + h) * a.Lq + q0 + i) * a.Lk + k0);
           }
           // dQ += scale * dS K
-          if (g.dq) mm(nq, a.D, nk, dP.data(), nk, 1, K.data(), a.D, 1, dQ.data(), a.D, true, scale);
+          if (g.dq)
+            mm(nq, a.D, nk, dP.data(), nk, 1, K.data(), a.D, 1, dQ.data(), a.D, true, scale);
         }
         if (g.dq) store_block(dQ.data(), g.dq, a.dtype, g.dq_s, b, h, q0, nq, a.D);
       }

@@ -36,7 +36,8 @@ struct AttentionArgs {
 
 // out [B, Hq, Lq, Dv] (strides out_s), lse [B, Hq, Lq] fp32 log-sum-exp of the scaled, masked
 // scores (-inf for fully masked rows; may be null).
-void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4], float* lse, const int64_t lse_s[3]);
+void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4], float* lse,
+                       const int64_t lse_s[3]);
 
 struct AttentionGrads {
   const void* dout = nullptr;  // [B, Hq, Lq, Dv], the forward's dtype

@@ -17,9 +17,9 @@ namespace {
 // The geometry of one im2col: an "image" [C, img] and its columns [C * K, cols] where cols are
 // the positions of the convolution's output.
 struct Geometry {
-  int64_t C;           // channels in this group
-  int64_t img[3];      // image spatial sizes (padded to 3 dims with leading 1s)
-  int64_t cols[3];     // column (output position) sizes
+  int64_t C;        // channels in this group
+  int64_t img[3];   // image spatial sizes (padded to 3 dims with leading 1s)
+  int64_t cols[3];  // column (output position) sizes
   int64_t k[3], s[3], p[3], d[3];
   int64_t K() const { return k[0] * k[1] * k[2]; }
   int64_t P() const { return cols[0] * cols[1] * cols[2]; }
@@ -49,40 +49,44 @@ Geometry geometry(const ConvArgs& a, int64_t C, bool image_is_input) {
 template <typename T>
 void im2col(const Geometry& g, const T* img, T* col) {
   const int64_t K = g.K(), P = g.P();
-  rt::parallel_for(0, g.C * K, std::max<int64_t>(1, 16384 / std::max<int64_t>(P, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r / K, kk = r % K;
-      const int64_t kd = kk / (g.k[1] * g.k[2]), kh = (kk / g.k[2]) % g.k[1], kw = kk % g.k[2];
-      const T* src = img + c * g.I();
-      T* dst = col + r * P;
-      for (int64_t od = 0; od < g.cols[0]; ++od) {
-        const int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
-        for (int64_t oh = 0; oh < g.cols[1]; ++oh) {
-          const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
-          T* drow = dst + (od * g.cols[1] + oh) * g.cols[2];
-          if (id < 0 || id >= g.img[0] || ih < 0 || ih >= g.img[1]) {
-            std::memset(static_cast<void*>(drow), 0, static_cast<size_t>(g.cols[2]) * sizeof(T));
-            continue;
-          }
-          const T* srow = src + (id * g.img[1] + ih) * g.img[2];
-          const int64_t base = kw * g.d[2] - g.p[2];
-          if (g.s[2] == 1) {
-            // Valid ow: 0 <= ow + base < W.
-            const int64_t lo = std::clamp<int64_t>(-base, 0, g.cols[2]);
-            const int64_t hi = std::clamp<int64_t>(g.img[2] - base, lo, g.cols[2]);
-            std::memset(static_cast<void*>(drow), 0, static_cast<size_t>(lo) * sizeof(T));
-            std::memcpy(drow + lo, srow + lo + base, static_cast<size_t>(hi - lo) * sizeof(T));
-            std::memset(static_cast<void*>(drow + hi), 0, static_cast<size_t>(g.cols[2] - hi) * sizeof(T));
-          } else {
-            for (int64_t ow = 0; ow < g.cols[2]; ++ow) {
-              const int64_t iw = ow * g.s[2] + base;
-              drow[ow] = (iw >= 0 && iw < g.img[2]) ? srow[iw] : T(0.0f);
+  rt::parallel_for(
+      0, g.C * K, std::max<int64_t>(1, 16384 / std::max<int64_t>(P, 1)),
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r / K, kk = r % K;
+          const int64_t kd = kk / (g.k[1] * g.k[2]), kh = (kk / g.k[2]) % g.k[1], kw = kk % g.k[2];
+          const T* src = img + c * g.I();
+          T* dst = col + r * P;
+          for (int64_t od = 0; od < g.cols[0]; ++od) {
+            const int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
+            for (int64_t oh = 0; oh < g.cols[1]; ++oh) {
+              const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
+              T* drow = dst + (od * g.cols[1] + oh) * g.cols[2];
+              if (id < 0 || id >= g.img[0] || ih < 0 || ih >= g.img[1]) {
+                std::memset(static_cast<void*>(drow), 0,
+                            static_cast<size_t>(g.cols[2]) * sizeof(T));
+                continue;
+              }
+              const T* srow = src + (id * g.img[1] + ih) * g.img[2];
+              const int64_t base = kw * g.d[2] - g.p[2];
+              if (g.s[2] == 1) {
+                // Valid ow: 0 <= ow + base < W.
+                const int64_t lo = std::clamp<int64_t>(-base, 0, g.cols[2]);
+                const int64_t hi = std::clamp<int64_t>(g.img[2] - base, lo, g.cols[2]);
+                std::memset(static_cast<void*>(drow), 0, static_cast<size_t>(lo) * sizeof(T));
+                std::memcpy(drow + lo, srow + lo + base, static_cast<size_t>(hi - lo) * sizeof(T));
+                std::memset(static_cast<void*>(drow + hi), 0,
+                            static_cast<size_t>(g.cols[2] - hi) * sizeof(T));
+              } else {
+                for (int64_t ow = 0; ow < g.cols[2]; ++ow) {
+                  const int64_t iw = ow * g.s[2] + base;
+                  drow[ow] = (iw >= 0 && iw < g.img[2]) ? srow[iw] : T(0.0f);
+                }
+              }
             }
           }
         }
-      }
-    }
-  });
+      });
 }
 
 // img[c, ...] += col[(c, k...), (o...)] (the adjoint of im2col), fp32/fp64 accumulation.
@@ -116,8 +120,8 @@ void col2im(const Geometry& g, const A* col, A* img) {
 }
 
 // C[m, n] = alpha * op(A) @ op(B) + beta * C (dense row-major operands, optional transposes).
-void matmul(int64_t m, int64_t n, int64_t k, const void* A, bool ta, const void* B, bool tb, DType in, void* C,
-            DType out, double beta) {
+void matmul(int64_t m, int64_t n, int64_t k, const void* A, bool ta, const void* B, bool tb,
+            DType in, void* C, DType out, double beta) {
   GemmProblem p;
   p.m = m;
   p.n = n;
@@ -169,8 +173,9 @@ void forward_typed(const ConvArgs& a, const T* input, const T* weight, const T* 
   const Geometry g = tr ? geometry(a, Cout_g, false) : geometry(a, Cin_g, true);
   const int64_t K = g.K(), P = g.P(), I = g.I();
   const int64_t in_img = a.Cin * (tr ? P : I), out_img = a.Cout * (tr ? I : P);
-  const bool direct = !tr && K == 1 && g.s[0] == 1 && g.s[1] == 1 && g.s[2] == 1 && g.p[0] == 0 && g.p[1] == 0 &&
-                      g.p[2] == 0 && g.cols[0] == g.img[0] && g.cols[1] == g.img[1] && g.cols[2] == g.img[2];
+  const bool direct = !tr && K == 1 && g.s[0] == 1 && g.s[1] == 1 && g.s[2] == 1 && g.p[0] == 0 &&
+                      g.p[1] == 0 && g.p[2] == 0 && g.cols[0] == g.img[0] &&
+                      g.cols[1] == g.img[1] && g.cols[2] == g.img[2];
   const DType dt = dtype_of<T>();
   auto one_image = [&](int64_t n, std::vector<T>& col, std::vector<Acc<T>>& acc) {
     const T* x = input + n * in_img;
@@ -183,14 +188,14 @@ void forward_typed(const ConvArgs& a, const T* input, const T* weight, const T* 
           im2col(g, xg, col.data());
           cols = col.data();
         }
-        matmul(Cout_g, P, Cin_g * K, weight + gi * Cout_g * Cin_g * K, false, cols, false, dt, y + gi * Cout_g * P, dt,
-               0.0);
+        matmul(Cout_g, P, Cin_g * K, weight + gi * Cout_g * Cin_g * K, false, cols, false, dt,
+               y + gi * Cout_g * P, dt, 0.0);
       } else {
         // col [Cout_g*K, P] = W_g^T [Cout_g*K, Cin_g] @ x_g [Cin_g, P], then col2im into y.
         const T* xg = x + gi * Cin_g * P;
         acc.assign(static_cast<size_t>(Cout_g * K * P), Acc<T>(0));
-        matmul(Cout_g * K, P, Cin_g, weight + gi * Cin_g * Cout_g * K, true, xg, false, dt, acc.data(),
-               std::is_same_v<T, double> ? DType::Float64 : DType::Float32, 0.0);
+        matmul(Cout_g * K, P, Cin_g, weight + gi * Cin_g * Cout_g * K, true, xg, false, dt,
+               acc.data(), std::is_same_v<T, double> ? DType::Float64 : DType::Float32, 0.0);
         std::vector<Acc<T>> img(static_cast<size_t>(Cout_g * I), Acc<T>(0));
         col2im(g, acc.data(), img.data());
         store_acc<T>(img.data(), y + gi * Cout_g * I, Cout_g * I);
@@ -205,7 +210,8 @@ void forward_typed(const ConvArgs& a, const T* input, const T* weight, const T* 
       }
     }
   };
-  const double flops = static_cast<double>(a.Cout) * static_cast<double>(Cin_g * K) * static_cast<double>(tr ? I : P);
+  const double flops = static_cast<double>(a.Cout) * static_cast<double>(Cin_g * K) *
+                       static_cast<double>(tr ? I : P);
   if (a.N >= 2 && flops < 2e7) {
     // Small images: images side by side, each with one BLAS thread (gemm sees the nesting).
     rt::parallel_for(0, a.N, 1, [&](int64_t n0, int64_t n1) {
@@ -221,8 +227,8 @@ void forward_typed(const ConvArgs& a, const T* input, const T* weight, const T* 
 }
 
 template <typename T>
-void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const T* weight, T* grad_input,
-                    T* grad_weight, T* grad_bias) {
+void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const T* weight,
+                    T* grad_input, T* grad_weight, T* grad_bias) {
   const int64_t G = a.groups;
   const int64_t Cin_g = a.Cin / G, Cout_g = a.Cout / G;
   const bool tr = a.transposed;
@@ -257,7 +263,8 @@ void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const 
       if (grad_weight) {
         // dW_g [col_ch, img_ch*K] += colside_g [col_ch, P] @ col^T [P, img_ch*K]   (conv)
         // transposed: dW_g [Cin_g, Cout_g*K] += x_g [Cin_g, P] @ col(dout)^T
-        matmul(col_ch, img_ch * K, P, colside_g, false, col.data(), true, dt, gw.data() + gi * wsize, acc_dt, 1.0);
+        matmul(col_ch, img_ch * K, P, colside_g, false, col.data(), true, dt,
+               gw.data() + gi * wsize, acc_dt, 1.0);
       }
       if (!grad_input) continue;
       if (!tr) {
@@ -268,7 +275,8 @@ void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const 
         store_acc<T>(gimg.data(), grad_image + gi * img_ch * I, img_ch * I);
       } else {
         // dx_g [Cin_g, P] = W_g [Cin_g, Cout_g*K] @ col(dout_g) [Cout_g*K, P]
-        matmul(col_ch, P, img_ch * K, w_g, false, col.data(), false, dt, grad_column + gi * col_ch * P, dt, 0.0);
+        matmul(col_ch, P, img_ch * K, w_g, false, col.data(), false, dt,
+               grad_column + gi * col_ch * P, dt, 0.0);
       }
     }
   }
@@ -289,7 +297,8 @@ void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const 
 }
 
 void validate(const ConvArgs& a) {
-  if (a.nsp < 1 || a.nsp > 3) throw std::invalid_argument("convolution: 1 to 3 spatial dims supported");
+  if (a.nsp < 1 || a.nsp > 3)
+    throw std::invalid_argument("convolution: 1 to 3 spatial dims supported");
   if (a.groups <= 0 || a.Cin % a.groups != 0 || a.Cout % a.groups != 0)
     throw std::invalid_argument("convolution: channels must be divisible by groups");
 }
@@ -297,32 +306,39 @@ void validate(const ConvArgs& a) {
 template <typename F>
 void dispatch_conv(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::BFloat16: return f(bf16{});
-    case DType::Float16: return f(f16{});
-    default: throw std::invalid_argument("convolution: unsupported dtype " + std::string(dtype_name(t)));
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::BFloat16:
+      return f(bf16{});
+    case DType::Float16:
+      return f(f16{});
+    default:
+      throw std::invalid_argument("convolution: unsupported dtype " + std::string(dtype_name(t)));
   }
 }
 
 }  // namespace
 
-void conv_forward(const ConvArgs& a, const void* input, const void* weight, const void* bias, void* out) {
+void conv_forward(const ConvArgs& a, const void* input, const void* weight, const void* bias,
+                  void* out) {
   validate(a);
   dispatch_conv(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    forward_typed<T>(a, static_cast<const T*>(input), static_cast<const T*>(weight), static_cast<const T*>(bias),
-                     static_cast<T*>(out));
+    forward_typed<T>(a, static_cast<const T*>(input), static_cast<const T*>(weight),
+                     static_cast<const T*>(bias), static_cast<T*>(out));
   });
 }
 
-void conv_backward(const ConvArgs& a, const void* grad_out, const void* input, const void* weight, void* grad_input,
-                   void* grad_weight, void* grad_bias) {
+void conv_backward(const ConvArgs& a, const void* grad_out, const void* input, const void* weight,
+                   void* grad_input, void* grad_weight, void* grad_bias) {
   validate(a);
   dispatch_conv(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    backward_typed<T>(a, static_cast<const T*>(grad_out), static_cast<const T*>(input), static_cast<const T*>(weight),
-                      static_cast<T*>(grad_input), static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+    backward_typed<T>(a, static_cast<const T*>(grad_out), static_cast<const T*>(input),
+                      static_cast<const T*>(weight), static_cast<T*>(grad_input),
+                      static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
   });
 }
 

@@ -25,10 +25,11 @@ struct ConvArgs {
 };
 
 // out = conv(input, weight) + bias (bias may be null).
-void conv_forward(const ConvArgs& a, const void* input, const void* weight, const void* bias, void* out);
+void conv_forward(const ConvArgs& a, const void* input, const void* weight, const void* bias,
+                  void* out);
 
 // Any of grad_input, grad_weight, grad_bias may be null (not wanted).
-void conv_backward(const ConvArgs& a, const void* grad_out, const void* input, const void* weight, void* grad_input,
-                   void* grad_weight, void* grad_bias);
+void conv_backward(const ConvArgs& a, const void* grad_out, const void* input, const void* weight,
+                   void* grad_input, void* grad_weight, void* grad_bias);
 
 }  // namespace neuron::kernels

@@ -10,7 +10,8 @@ Isa detect() {
   const char* off = std::getenv("NEURON_EMU_DISABLE_SIMD");
   if (off && std::strcmp(off, "1") == 0) return Isa::Portable;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
     return Isa::Avx2;
   return Isa::Portable;
 }
@@ -24,8 +25,10 @@ Isa best_isa() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Portable: return "portable";
-    case Isa::Avx2: return "avx2";
+    case Isa::Portable:
+      return "portable";
+    case Isa::Avx2:
+      return "avx2";
   }
   return "?";
 }

@@ -21,15 +21,17 @@ bool is_blas_float(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::BFloat16 || t == DType::Float16;
 }
 bool is_int(DType t) {
-  return t == DType::UInt8 || t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64 ||
-         t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
+  return t == DType::UInt8 || t == DType::Int8 || t == DType::Int16 || t == DType::Int32 ||
+         t == DType::Int64 || t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
 }
 
 void validate(const GemmProblem& p) {
-  if (p.batch < 0 || p.m < 0 || p.n < 0 || p.k < 0) throw std::invalid_argument("gemm: negative size");
+  if (p.batch < 0 || p.m < 0 || p.n < 0 || p.k < 0)
+    throw std::invalid_argument("gemm: negative size");
   if (!gemm_supports(p.in_dtype, p.out_dtype)) {
-    throw std::invalid_argument(std::string("gemm: unsupported dtypes ") + std::string(dtype_name(p.in_dtype)) +
-                                " -> " + std::string(dtype_name(p.out_dtype)));
+    throw std::invalid_argument(std::string("gemm: unsupported dtypes ") +
+                                std::string(dtype_name(p.in_dtype)) + " -> " +
+                                std::string(dtype_name(p.out_dtype)));
   }
 }
 
@@ -55,7 +57,8 @@ void reference_typed(const GemmProblem& p) {
       for (int64_t j = 0; j < p.n; ++j) {
         Acc v = acc[j];
         if (p.alpha != 1.0) v = static_cast<Acc>(static_cast<Acc>(p.alpha) * v);
-        if (p.beta != 0.0) v += static_cast<Acc>(static_cast<Acc>(p.beta) * static_cast<Acc>(c[j * p.c_cs]));
+        if (p.beta != 0.0)
+          v += static_cast<Acc>(static_cast<Acc>(p.beta) * static_cast<Acc>(c[j * p.c_cs]));
         c[j * p.c_cs] = convert<Out>(v);
       }
     }
@@ -87,17 +90,18 @@ FortranOperand as_fortran(int64_t rs, int64_t cs, int64_t rows, int64_t cols) {
 // Copies a strided [rows, cols] matrix into dense row-major storage.
 template <typename T>
 void pack(const T* src, int64_t rows, int64_t cols, int64_t rs, int64_t cs, T* dst) {
-  rt::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i) {
-      const T* s = src + i * rs;
-      T* d = dst + i * cols;
-      if (cs == 1) {
-        std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(T));
-      } else {
-        for (int64_t j = 0; j < cols; ++j) d[j] = s[j * cs];
-      }
-    }
-  });
+  rt::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t i = r0; i < r1; ++i) {
+                       const T* s = src + i * rs;
+                       T* d = dst + i * cols;
+                       if (cs == 1) {
+                         std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(T));
+                       } else {
+                         for (int64_t j = 0; j < cols; ++j) d[j] = s[j * cs];
+                       }
+                     }
+                   });
 }
 
 // An operand ready for BLAS: the original memory, or a dense copy.
@@ -107,7 +111,8 @@ struct BlasMatrix {
   FortranOperand f;
   std::vector<T> packed;
 
-  BlasMatrix(const T* p, int64_t rs, int64_t cs, int64_t rows, int64_t cols) : ptr(p), f(as_fortran(rs, cs, rows, cols)) {
+  BlasMatrix(const T* p, int64_t rs, int64_t cs, int64_t rows, int64_t cols)
+      : ptr(p), f(as_fortran(rs, cs, rows, cols)) {
     if (!f.ok) {
       packed.resize(static_cast<size_t>(rows * cols));
       pack(p, rows, cols, rs, cs, packed.data());
@@ -125,8 +130,8 @@ template <>
 struct BlasCall<float> {
   using Acc = float;
   static bool available() { return blas::functions().sgemm != nullptr; }
-  static void call(char tp, char tq, int xm, int xn, int k, float alpha, const float* P, int ldp, const float* Q,
-                   int ldq, float beta, float* X, int ldx) {
+  static void call(char tp, char tq, int xm, int xn, int k, float alpha, const float* P, int ldp,
+                   const float* Q, int ldq, float beta, float* X, int ldx) {
     blas::functions().sgemm(&tp, &tq, &xm, &xn, &k, &alpha, P, &ldp, Q, &ldq, &beta, X, &ldx);
   }
 };
@@ -134,18 +139,20 @@ template <>
 struct BlasCall<double> {
   using Acc = double;
   static bool available() { return blas::functions().dgemm != nullptr; }
-  static void call(char tp, char tq, int xm, int xn, int k, double alpha, const double* P, int ldp, const double* Q,
-                   int ldq, double beta, double* X, int ldx) {
+  static void call(char tp, char tq, int xm, int xn, int k, double alpha, const double* P, int ldp,
+                   const double* Q, int ldq, double beta, double* X, int ldx) {
     blas::functions().dgemm(&tp, &tq, &xm, &xn, &k, &alpha, P, &ldp, Q, &ldq, &beta, X, &ldx);
   }
 };
 template <typename T16, bool IsBf16>
 struct BlasCall16 {
   using Acc = float;
-  static blas::gemm16_fn fn() { return IsBf16 ? blas::functions().gemm_bf16 : blas::functions().gemm_f16; }
+  static blas::gemm16_fn fn() {
+    return IsBf16 ? blas::functions().gemm_bf16 : blas::functions().gemm_f16;
+  }
   static bool available() { return fn() != nullptr; }
-  static void call(char tp, char tq, int xm, int xn, int k, float alpha, const T16* P, int ldp, const T16* Q, int ldq,
-                   float beta, float* X, int ldx) {
+  static void call(char tp, char tq, int xm, int xn, int k, float alpha, const T16* P, int ldp,
+                   const T16* Q, int ldq, float beta, float* X, int ldx) {
     fn()(&tp, &tq, &xm, &xn, &k, &alpha, reinterpret_cast<const uint16_t*>(P), &ldp,
          reinterpret_cast<const uint16_t*>(Q), &ldq, &beta, X, &ldx);
   }
@@ -193,29 +200,34 @@ void blas_one(const GemmProblem& p, int64_t bi) {
     // C^T (column-major [n, m], ld c_rs) = B^T A^T
     BlasMatrix<T> P(b, p.b_cs, p.b_rs, p.n, p.k), Q(a, p.a_cs, p.a_rs, p.k, p.m);
     Acc* c = reinterpret_cast<Acc*>(static_cast<T*>(p.c) + bi * p.c_bs);
-    Call::call(P.f.trans, Q.f.trans, n, m, k, static_cast<Acc>(p.alpha), P.ptr, P.f.ld, Q.ptr, Q.f.ld,
-               static_cast<Acc>(p.beta), c, static_cast<int>(p.c_rs));
+    Call::call(P.f.trans, Q.f.trans, n, m, k, static_cast<Acc>(p.alpha), P.ptr, P.f.ld, Q.ptr,
+               Q.f.ld, static_cast<Acc>(p.beta), c, static_cast<int>(p.c_rs));
     return;
   }
   if (direct && p.c_rs == 1 && p.c_cs >= std::max<int64_t>(p.m, 1) && p.c_cs <= lim) {
     // C (column-major [m, n], ld c_cs) = A B
     BlasMatrix<T> P(a, p.a_rs, p.a_cs, p.m, p.k), Q(b, p.b_rs, p.b_cs, p.k, p.n);
     Acc* c = reinterpret_cast<Acc*>(static_cast<T*>(p.c) + bi * p.c_bs);
-    Call::call(P.f.trans, Q.f.trans, m, n, k, static_cast<Acc>(p.alpha), P.ptr, P.f.ld, Q.ptr, Q.f.ld,
-               static_cast<Acc>(p.beta), c, static_cast<int>(p.c_cs));
+    Call::call(P.f.trans, Q.f.trans, m, n, k, static_cast<Acc>(p.alpha), P.ptr, P.f.ld, Q.ptr,
+               Q.f.ld, static_cast<Acc>(p.beta), c, static_cast<int>(p.c_cs));
     return;
   }
   // Accumulate into a dense row-major buffer, then scale, add and convert into C.
   std::vector<Acc> buf(static_cast<size_t>(p.m * p.n));
   BlasMatrix<T> P(b, p.b_cs, p.b_rs, p.n, p.k), Q(a, p.a_cs, p.a_rs, p.k, p.m);
-  Call::call(P.f.trans, Q.f.trans, n, m, k, Acc(1), P.ptr, P.f.ld, Q.ptr, Q.f.ld, Acc(0), buf.data(),
-             std::max(n, 1));
+  Call::call(P.f.trans, Q.f.trans, n, m, k, Acc(1), P.ptr, P.f.ld, Q.ptr, Q.f.ld, Acc(0),
+             buf.data(), std::max(n, 1));
   switch (p.out_dtype) {
-    case DType::Float32: return store_output<float>(p, bi, buf.data());
-    case DType::Float64: return store_output<double>(p, bi, buf.data());
-    case DType::BFloat16: return store_output<bf16>(p, bi, buf.data());
-    case DType::Float16: return store_output<f16>(p, bi, buf.data());
-    default: throw std::invalid_argument("gemm: bad output dtype");
+    case DType::Float32:
+      return store_output<float>(p, bi, buf.data());
+    case DType::Float64:
+      return store_output<double>(p, bi, buf.data());
+    case DType::BFloat16:
+      return store_output<bf16>(p, bi, buf.data());
+    case DType::Float16:
+      return store_output<f16>(p, bi, buf.data());
+    default:
+      throw std::invalid_argument("gemm: bad output dtype");
   }
 }
 
@@ -236,7 +248,8 @@ void with_one_blas_thread(F&& fn) {
 
 template <typename T>
 void blas_batched(const GemmProblem& p) {
-  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const double work =
+      static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   const bool nested = rt::in_parallel_region();
   // Below ~64^3 per product, one BLAS thread per product and products side by side beats
   // threading inside each product.
@@ -258,11 +271,16 @@ bool fits_int(const GemmProblem& p) {
 
 bool blas_available(DType t) {
   switch (t) {
-    case DType::Float32: return BlasCall<float>::available();
-    case DType::Float64: return BlasCall<double>::available();
-    case DType::BFloat16: return BlasCall<bf16>::available();
-    case DType::Float16: return BlasCall<f16>::available();
-    default: return false;
+    case DType::Float32:
+      return BlasCall<float>::available();
+    case DType::Float64:
+      return BlasCall<double>::available();
+    case DType::BFloat16:
+      return BlasCall<bf16>::available();
+    case DType::Float16:
+      return BlasCall<f16>::available();
+    default:
+      return false;
   }
 }
 
@@ -317,14 +335,16 @@ void gemm_reference(const GemmProblem& p) {
   validate(p);
   if (p.batch == 0 || p.m == 0 || p.n == 0) return;
   switch (p.in_dtype) {
-    case DType::Float32: return reference_typed<float, float, float>(p);
-    case DType::Float64: return reference_typed<double, double, double>(p);
+    case DType::Float32:
+      return reference_typed<float, float, float>(p);
+    case DType::Float64:
+      return reference_typed<double, double, double>(p);
     case DType::BFloat16:
       return p.out_dtype == DType::Float32 ? reference_typed<bf16, float, float>(p)
-                                            : reference_typed<bf16, float, bf16>(p);
+                                           : reference_typed<bf16, float, bf16>(p);
     case DType::Float16:
       return p.out_dtype == DType::Float32 ? reference_typed<f16, float, float>(p)
-                                            : reference_typed<f16, float, f16>(p);
+                                           : reference_typed<f16, float, f16>(p);
     default:
       dispatch_all(p.in_dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -350,13 +370,19 @@ void gemm(const GemmProblem& p) {
   GemmProblem s;
   if (p.k == 0) return gemm_reference(p);  // C = beta * C
   if (small_route(p, &s)) return gemm_small_m(s, best_isa());
-  if (!is_blas_float(p.in_dtype) || !fits_int(p) || !blas_available(p.in_dtype)) return gemm_reference(p);
+  if (!is_blas_float(p.in_dtype) || !fits_int(p) || !blas_available(p.in_dtype))
+    return gemm_reference(p);
   switch (p.in_dtype) {
-    case DType::Float32: return blas_batched<float>(p);
-    case DType::Float64: return blas_batched<double>(p);
-    case DType::BFloat16: return blas_batched<bf16>(p);
-    case DType::Float16: return blas_batched<f16>(p);
-    default: break;
+    case DType::Float32:
+      return blas_batched<float>(p);
+    case DType::Float64:
+      return blas_batched<double>(p);
+    case DType::BFloat16:
+      return blas_batched<bf16>(p);
+    case DType::Float16:
+      return blas_batched<f16>(p);
+    default:
+      break;
   }
 }
 

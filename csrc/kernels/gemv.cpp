@@ -19,8 +19,8 @@ constexpr int64_t kAxpyTile = 64;  // columns per task unit in the axpy form
 // ---- dot form: out[r][c] = sum_k a[r][k] * b[c * ldb + k] ----
 
 template <typename T, int R, int C>
-NEURON_AVX2 void dot_avx2(const float* a, int64_t lda, const T* b, int64_t ldb, int64_t k, float* out,
-                          int64_t ldo) {
+NEURON_AVX2 void dot_avx2(const float* a, int64_t lda, const T* b, int64_t ldb, int64_t k,
+                          float* out, int64_t ldo) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -49,28 +49,35 @@ NEURON_AVX2 void dot_avx2(const float* a, int64_t lda, const T* b, int64_t ldb, 
 }
 
 template <typename T>
-NEURON_AVX2 void dot_tile_avx2(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb, int64_t ncols,
-                               float* out) {
+NEURON_AVX2 void dot_tile_avx2(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb,
+                               int64_t ncols, float* out) {
   int64_t r = 0;
   for (; r + 4 <= m; r += 4) {
     int64_t c = 0;
-    for (; c + 2 <= ncols; c += 2) dot_avx2<T, 4, 2>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
-    for (; c < ncols; ++c) dot_avx2<T, 4, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c + 2 <= ncols; c += 2)
+      dot_avx2<T, 4, 2>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c < ncols; ++c)
+      dot_avx2<T, 4, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
   }
   for (; r + 2 <= m; r += 2) {
     int64_t c = 0;
-    for (; c + 4 <= ncols; c += 4) dot_avx2<T, 2, 4>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
-    for (; c < ncols; ++c) dot_avx2<T, 2, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c + 4 <= ncols; c += 4)
+      dot_avx2<T, 2, 4>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c < ncols; ++c)
+      dot_avx2<T, 2, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
   }
   for (; r < m; ++r) {
     int64_t c = 0;
-    for (; c + 4 <= ncols; c += 4) dot_avx2<T, 1, 4>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
-    for (; c < ncols; ++c) dot_avx2<T, 1, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c + 4 <= ncols; c += 4)
+      dot_avx2<T, 1, 4>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
+    for (; c < ncols; ++c)
+      dot_avx2<T, 1, 1>(a + r * k, k, b + c * ldb, ldb, k, out + r * ncols + c, ncols);
   }
 }
 
 template <typename T>
-void dot_tile_portable(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb, int64_t ncols, float* out) {
+void dot_tile_portable(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb, int64_t ncols,
+                       float* out) {
   for (int64_t c = 0; c < ncols; ++c) {
     const T* bc = b + c * ldb;
     for (int64_t r = 0; r < m; ++r) {
@@ -85,8 +92,8 @@ void dot_tile_portable(const float* a, int64_t m, int64_t k, const T* b, int64_t
 // ---- axpy form: out[r][j] = sum_k a[r][k] * b[k * ldb + j] ----
 
 template <typename T, int R, int V>
-NEURON_AVX2 void axpy_avx2(const float* a, int64_t lda, const T* b, int64_t ldb, int64_t k, float* out,
-                           int64_t ldo) {
+NEURON_AVX2 void axpy_avx2(const float* a, int64_t lda, const T* b, int64_t ldb, int64_t k,
+                           float* out, int64_t ldo) {
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -111,8 +118,8 @@ NEURON_AVX2 void axpy_avx2(const float* a, int64_t lda, const T* b, int64_t ldb,
 }
 
 template <typename T>
-void axpy_columns_portable(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb, int64_t ncols,
-                           float* out, int64_t ldo) {
+void axpy_columns_portable(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb,
+                           int64_t ncols, float* out, int64_t ldo) {
   for (int64_t r = 0; r < m; ++r) std::fill(out + r * ldo, out + r * ldo + ncols, 0.0f);
   for (int64_t kk = 0; kk < k; ++kk) {
     const T* brow = b + kk * ldb;
@@ -125,8 +132,8 @@ void axpy_columns_portable(const float* a, int64_t m, int64_t k, const T* b, int
 }
 
 template <typename T>
-NEURON_AVX2 void axpy_tile_avx2(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb, int64_t ncols,
-                                float* out) {
+NEURON_AVX2 void axpy_tile_avx2(const float* a, int64_t m, int64_t k, const T* b, int64_t ldb,
+                                int64_t ncols, float* out) {
   int64_t j = 0;
   for (; j + 64 <= ncols; j += 64) {
     int64_t r = 0;
@@ -137,7 +144,8 @@ NEURON_AVX2 void axpy_tile_avx2(const float* a, int64_t m, int64_t k, const T* b
     for (; r < m; ++r) axpy_avx2<T, 1, 8>(a + r * k, k, b + j, ldb, k, out + r * ncols + j, ncols);
   }
   for (; j + 8 <= ncols; j += 8)
-    for (int64_t r = 0; r < m; ++r) axpy_avx2<T, 1, 1>(a + r * k, k, b + j, ldb, k, out + r * ncols + j, ncols);
+    for (int64_t r = 0; r < m; ++r)
+      axpy_avx2<T, 1, 1>(a + r * k, k, b + j, ldb, k, out + r * ncols + j, ncols);
   if (j < ncols) axpy_columns_portable(a, m, k, b + j, ldb, ncols - j, out + j, ncols);
 }
 
@@ -176,7 +184,8 @@ void run(const GemmProblem& p, Isa isa) {
   const int64_t tiles_per_batch = (p.n + tile - 1) / tile;
   const int64_t total = p.batch * tiles_per_batch;
   // Enough columns per thread that a chunk streams at least ~64 KiB of B.
-  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, tile * p.k * int64_t(sizeof(T))));
+  const int64_t grain =
+      std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, tile * p.k * int64_t(sizeof(T))));
   rt::parallel_for(0, total, grain, [&](int64_t t0, int64_t t1) {
     std::vector<float> acc(static_cast<size_t>(p.m * tile));
     for (int64_t t = t0; t < t1; ++t) {
@@ -211,7 +220,8 @@ void run(const GemmProblem& p, Isa isa) {
 }  // namespace
 
 bool gemm_small_m_supported(const GemmProblem& p) {
-  const bool in_ok = p.in_dtype == DType::Float32 || p.in_dtype == DType::BFloat16 || p.in_dtype == DType::Float16;
+  const bool in_ok =
+      p.in_dtype == DType::Float32 || p.in_dtype == DType::BFloat16 || p.in_dtype == DType::Float16;
   const bool out_ok = p.out_dtype == p.in_dtype || p.out_dtype == DType::Float32;
   return in_ok && out_ok && p.k > 0 && (p.b_rs == 1 || p.b_cs == 1);
 }
@@ -220,10 +230,14 @@ void gemm_small_m(const GemmProblem& p, Isa isa) {
   if (!gemm_small_m_supported(p)) throw std::invalid_argument("gemm_small_m: unsupported problem");
   if (p.batch == 0 || p.m == 0 || p.n == 0) return;
   switch (p.in_dtype) {
-    case DType::Float32: return run<float>(p, isa);
-    case DType::BFloat16: return run<bf16>(p, isa);
-    case DType::Float16: return run<f16>(p, isa);
-    default: break;
+    case DType::Float32:
+      return run<float>(p, isa);
+    case DType::BFloat16:
+      return run<bf16>(p, isa);
+    case DType::Float16:
+      return run<f16>(p, isa);
+    default:
+      break;
   }
 }
 

@@ -16,46 +16,49 @@ namespace neuron::kernels {
 
 // out.select(dim, i) = src.select(dim, index[i]); index is 1-d (or 0-d). out and src have the
 // same dtype and the same sizes except along dim.
-void index_select(const TensorRef& out, const TensorRef& src, int dim, const TensorRef& index, const char* op);
+void index_select(const TensorRef& out, const TensorRef& src, int dim, const TensorRef& index,
+                  const char* op);
 
 enum class IndexUpdate { Copy, Add, Fill };
 // self.select(dim, index[i]) = source.select(dim, i)            (Copy)
 //                           += alpha * source.select(dim, i)    (Add)
 //                            = *fill_value (bytes of self's dtype)  (Fill; source unused)
 // Negative indices wrap for Fill (index_fill), like ATen.
-void index_update(const TensorRef& self, int dim, const TensorRef& index, const TensorRef& source, IndexUpdate mode,
-                  double alpha, const void* fill_value, const char* op);
+void index_update(const TensorRef& self, int dim, const TensorRef& index, const TensorRef& source,
+                  IndexUpdate mode, double alpha, const void* fill_value, const char* op);
 
 // grad_weight[V, D] (written in full) = sum over i with indices[i] == v (!= padding_idx) of
 // grad[i, :] (divided by the count of v when scale_grad_by_freq). Sums in fp32 (fp64 for double).
-void embedding_backward(const TensorRef& grad_weight, const TensorRef& grad, const TensorRef& indices,
-                        int64_t padding_idx, bool scale_grad_by_freq);
+void embedding_backward(const TensorRef& grad_weight, const TensorRef& grad,
+                        const TensorRef& indices, int64_t padding_idx, bool scale_grad_by_freq);
 
 // out[p] = self[p with p[dim] = index[p]]: index, out of the same shape; self at least as big
 // in every dim but `dim`.
-void gather(const TensorRef& out, const TensorRef& self, int dim, const TensorRef& index, const char* op);
+void gather(const TensorRef& out, const TensorRef& self, int dim, const TensorRef& index,
+            const char* op);
 
 enum class ScatterReduce { Assign, Sum, Prod, Mean, Amax, Amin };
 // self[p with p[dim] = index[p]] (reduce)= src[p] (or *value, bytes of self's dtype, when src
 // has data == nullptr) for every position p of index. include_self = false ignores self's old
 // value at every destination that receives an update.
-void scatter(const TensorRef& self, int dim, const TensorRef& index, const TensorRef& src, const void* value,
-             ScatterReduce reduce, bool include_self, const char* op);
+void scatter(const TensorRef& self, int dim, const TensorRef& index, const TensorRef& src,
+             const void* value, ScatterReduce reduce, bool include_self, const char* op);
 
 // Advanced indexing over `nidx` broadcast index tensors (see the torch glue for the layout).
 constexpr int kMaxIndexTensors = 8;
 struct AdvancedIndexRef {
   int nidx = 0;
-  TensorRef index[kMaxIndexTensors];          // each restrided to the result's shape
-  int64_t indexed_sizes[kMaxIndexTensors] = {};  // sizes of the indexed dims of self
+  TensorRef index[kMaxIndexTensors];               // each restrided to the result's shape
+  int64_t indexed_sizes[kMaxIndexTensors] = {};    // sizes of the indexed dims of self
   int64_t indexed_strides[kMaxIndexTensors] = {};  // their strides (elements of self)
 };
 // out[p] = src[p + sum_k index_k[p] * indexed_strides[k]] (src restrided: zero strides over the
 // index dims). Negative indices wrap.
-void index_gather(const TensorRef& out, const TensorRef& src, const AdvancedIndexRef& ai, const char* op);
+void index_gather(const TensorRef& out, const TensorRef& src, const AdvancedIndexRef& ai,
+                  const char* op);
 // dst[p + offsets] = values[p] (or += when accumulate); dst restrided like src above.
-void index_put(const TensorRef& dst, const TensorRef& values, const AdvancedIndexRef& ai, bool accumulate,
-               const char* op);
+void index_put(const TensorRef& dst, const TensorRef& values, const AdvancedIndexRef& ai,
+               bool accumulate, const char* op);
 
 // self[p] = *value where mask[p] (mask: bool, broadcast to self's shape by strides).
 void masked_fill(const TensorRef& self, const TensorRef& mask, const void* value);
@@ -67,6 +70,7 @@ void nonzero(const TensorRef& out, const TensorRef& self);
 void masked_select(const TensorRef& out, const TensorRef& self, const TensorRef& mask);
 // self[mask] = source[0, 1, ...] in row-major order; source is 1-d with at least count(mask)
 // elements (else std::invalid_argument naming the op).
-void masked_scatter(const TensorRef& self, const TensorRef& mask, const TensorRef& source, const char* op);
+void masked_scatter(const TensorRef& self, const TensorRef& mask, const TensorRef& source,
+                    const char* op);
 
 }  // namespace neuron::kernels

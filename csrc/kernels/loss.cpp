@@ -25,26 +25,35 @@ double to_double(T v) {
 }
 
 int64_t read_index(const TensorRef& t, int64_t n, int64_t r) {
-  const char* p = static_cast<const char*>(t.data) +
-                  (n * t.strides[0] + r * t.strides[1]) * static_cast<int64_t>(element_size(t.dtype));
+  const char* p =
+      static_cast<const char*>(t.data) +
+      (n * t.strides[0] + r * t.strides[1]) * static_cast<int64_t>(element_size(t.dtype));
   switch (t.dtype) {
-    case DType::Int64: return *reinterpret_cast<const int64_t*>(p);
-    case DType::Int32: return *reinterpret_cast<const int32_t*>(p);
-    case DType::UInt8: return *reinterpret_cast<const uint8_t*>(p);
-    case DType::Int16: return *reinterpret_cast<const int16_t*>(p);
-    case DType::Int8: return *reinterpret_cast<const int8_t*>(p);
-    default: throw std::invalid_argument("nll_loss: target must be an integer tensor");
+    case DType::Int64:
+      return *reinterpret_cast<const int64_t*>(p);
+    case DType::Int32:
+      return *reinterpret_cast<const int32_t*>(p);
+    case DType::UInt8:
+      return *reinterpret_cast<const uint8_t*>(p);
+    case DType::Int16:
+      return *reinterpret_cast<const int16_t*>(p);
+    case DType::Int8:
+      return *reinterpret_cast<const int8_t*>(p);
+    default:
+      throw std::invalid_argument("nll_loss: target must be an integer tensor");
   }
 }
 
 void check(const NllLossArgs& a) {
-  if (a.input.ndim != 3 || a.target.ndim != 2) throw std::invalid_argument("nll_loss: internal shape error");
-  if (!is_floating(a.input.dtype)) throw std::invalid_argument(std::string(a.op) + ": input must be floating");
+  if (a.input.ndim != 3 || a.target.ndim != 2)
+    throw std::invalid_argument("nll_loss: internal shape error");
+  if (!is_floating(a.input.dtype))
+    throw std::invalid_argument(std::string(a.op) + ": input must be floating");
 }
 
 [[noreturn]] void out_of_bounds(const NllLossArgs& a, int64_t t, int64_t C) {
-  throw std::out_of_range(std::string(a.op) + ": Target " + std::to_string(t) + " is out of bounds (number of classes: " +
-                          std::to_string(C) + ")");
+  throw std::out_of_range(std::string(a.op) + ": Target " + std::to_string(t) +
+                          " is out of bounds (number of classes: " + std::to_string(C) + ")");
 }
 
 template <typename T>
@@ -98,14 +107,15 @@ void forward_typed(const TensorRef& output, const TensorRef& total_weight, const
     l += loss[static_cast<size_t>(b)];
     ww += wsum[static_cast<size_t>(b)];
   }
-  if (a.reduction == Reduction::Mean) l = l / ww;  // 0 / 0 = NaN when every target is ignored, like ATen
+  if (a.reduction == Reduction::Mean)
+    l = l / ww;  // 0 / 0 = NaN when every target is ignored, like ATen
   *static_cast<T*>(output.data) = convert<T>(l);
   *static_cast<T*>(total_weight.data) = convert<T>(ww);
 }
 
 template <typename T>
-void backward_typed(const TensorRef& grad_input, const TensorRef& grad_output, const TensorRef& total_weight,
-                    const NllLossArgs& a) {
+void backward_typed(const TensorRef& grad_input, const TensorRef& grad_output,
+                    const TensorRef& total_weight, const NllLossArgs& a) {
   const int64_t N = a.input.sizes[0], C = a.input.sizes[1], R = a.input.sizes[2];
   T zero = convert<T>(0.0);
   fill(grad_input, &zero);
@@ -116,7 +126,8 @@ void backward_typed(const TensorRef& grad_input, const TensorRef& grad_output, c
   double scale = 0.0;
   if (a.reduction != Reduction::None) {
     scale = to_double(*go);
-    if (a.reduction == Reduction::Mean) scale /= to_double(*static_cast<const T*>(total_weight.data));
+    if (a.reduction == Reduction::Mean)
+      scale /= to_double(*static_cast<const T*>(total_weight.data));
   }
   rt::parallel_for(0, N * R, 4096, [&](int64_t p0, int64_t p1) {
     for (int64_t pos = p0; pos < p1; ++pos) {
@@ -128,7 +139,8 @@ void backward_typed(const TensorRef& grad_input, const TensorRef& grad_output, c
       const double g = a.reduction == Reduction::None
                            ? to_double(go[n * grad_output.strides[0] + r * grad_output.strides[1]])
                            : scale;
-      gi[n * grad_input.strides[0] + t * grad_input.strides[1] + r * grad_input.strides[2]] = convert<T>(-wt * g);
+      gi[n * grad_input.strides[0] + t * grad_input.strides[1] + r * grad_input.strides[2]] =
+          convert<T>(-wt * g);
     }
   });
 }
@@ -136,26 +148,34 @@ void backward_typed(const TensorRef& grad_input, const TensorRef& grad_output, c
 template <typename F>
 void dispatch_float(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::BFloat16: return f(bf16{});
-    case DType::Float16: return f(f16{});
-    default: throw std::invalid_argument("nll_loss: unsupported dtype " + std::string(dtype_name(t)));
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::BFloat16:
+      return f(bf16{});
+    case DType::Float16:
+      return f(f16{});
+    default:
+      throw std::invalid_argument("nll_loss: unsupported dtype " + std::string(dtype_name(t)));
   }
 }
 
 }  // namespace
 
-void nll_loss_forward(const TensorRef& output, const TensorRef& total_weight, const NllLossArgs& a) {
-  check(a);
-  dispatch_float(a.input.dtype, [&](auto tag) { forward_typed<decltype(tag)>(output, total_weight, a); });
-}
-
-void nll_loss_backward(const TensorRef& grad_input, const TensorRef& grad_output, const TensorRef& total_weight,
-                       const NllLossArgs& a) {
+void nll_loss_forward(const TensorRef& output, const TensorRef& total_weight,
+                      const NllLossArgs& a) {
   check(a);
   dispatch_float(a.input.dtype,
-                 [&](auto tag) { backward_typed<decltype(tag)>(grad_input, grad_output, total_weight, a); });
+                 [&](auto tag) { forward_typed<decltype(tag)>(output, total_weight, a); });
+}
+
+void nll_loss_backward(const TensorRef& grad_input, const TensorRef& grad_output,
+                       const TensorRef& total_weight, const NllLossArgs& a) {
+  check(a);
+  dispatch_float(a.input.dtype, [&](auto tag) {
+    backward_typed<decltype(tag)>(grad_input, grad_output, total_weight, a);
+  });
 }
 
 }  // namespace neuron::kernels

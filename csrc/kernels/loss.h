@@ -27,7 +27,7 @@ struct NllLossArgs {
 void nll_loss_forward(const TensorRef& output, const TensorRef& total_weight, const NllLossArgs& a);
 
 // grad_input: [N, C, R] (fully written). grad_output: [N, R] for Reduction::None, else 0-d.
-void nll_loss_backward(const TensorRef& grad_input, const TensorRef& grad_output, const TensorRef& total_weight,
-                       const NllLossArgs& a);
+void nll_loss_backward(const TensorRef& grad_input, const TensorRef& grad_output,
+                       const TensorRef& total_weight, const NllLossArgs& a);
 
 }  // namespace neuron::kernels

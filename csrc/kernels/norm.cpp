@@ -84,8 +84,8 @@ void apply_portable(const C* x, int64_t n, C mean, C rstd, const C* w, const C* 
 
 // dx = rstd * (g - [mean(g)] - xhat * mean(g * xhat)) with g = dy * w; dw += dy * xhat; db += dy.
 template <typename C>
-void backward_portable(const C* x, const C* dy, int64_t n, C mean, C rstd, const C* w, bool center, C* dx, C* dw,
-                       C* db) {
+void backward_portable(const C* x, const C* dy, int64_t n, C mean, C rstd, const C* w, bool center,
+                       C* dx, C* dw, C* db) {
   C sg = 0, sgx = 0;
   for (int64_t i = 0; i < n; ++i) {
     const C g = w ? dy[i] * w[i] : dy[i];
@@ -138,8 +138,8 @@ NEURON_AVX2 float sumsq_avx2(const float* x, int64_t n) {
   return s;
 }
 
-NEURON_AVX2 void apply_avx2(const float* x, int64_t n, float mean, float rstd, const float* w, const float* b,
-                            float* y) {
+NEURON_AVX2 void apply_avx2(const float* x, int64_t n, float mean, float rstd, const float* w,
+                            const float* b, float* y) {
   const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -151,8 +151,8 @@ NEURON_AVX2 void apply_avx2(const float* x, int64_t n, float mean, float rstd, c
   apply_portable(x + i, n - i, mean, rstd, w ? w + i : nullptr, b ? b + i : nullptr, y + i);
 }
 
-NEURON_AVX2 void backward_avx2(const float* x, const float* dy, int64_t n, float mean, float rstd, const float* w,
-                               bool center, float* dx, float* dw, float* db) {
+NEURON_AVX2 void backward_avx2(const float* x, const float* dy, int64_t n, float mean, float rstd,
+                               const float* w, bool center, float* dx, float* dw, float* db) {
   const __m256 vm = _mm256_set1_ps(mean), vr = _mm256_set1_ps(rstd);
   __m256 sg = _mm256_setzero_ps(), sgx = _mm256_setzero_ps();
   int64_t i = 0;
@@ -177,7 +177,8 @@ NEURON_AVX2 void backward_avx2(const float* x, const float* dy, int64_t n, float
     const __m256 xh = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vr);
     if (dx) {
       const __m256 g = w ? _mm256_mul_ps(d, _mm256_loadu_ps(w + i)) : d;
-      _mm256_storeu_ps(dx + i, _mm256_mul_ps(vr, _mm256_sub_ps(_mm256_sub_ps(g, vmg), _mm256_mul_ps(xh, vmgx))));
+      _mm256_storeu_ps(
+          dx + i, _mm256_mul_ps(vr, _mm256_sub_ps(_mm256_sub_ps(g, vmg), _mm256_mul_ps(xh, vmgx))));
     }
     if (dw) _mm256_storeu_ps(dw + i, _mm256_fmadd_ps(d, xh, _mm256_loadu_ps(dw + i)));
     if (db) _mm256_storeu_ps(db + i, _mm256_add_ps(d, _mm256_loadu_ps(db + i)));
@@ -213,8 +214,8 @@ RowOps<C> row_ops(Isa isa) {
 
 template <typename C>
 void load_row(const TensorRef& t, int64_t row, C* dst, int64_t n) {
-  const char* base =
-      static_cast<const char*>(t.data) + row * t.strides[0] * static_cast<int64_t>(element_size(t.dtype));
+  const char* base = static_cast<const char*>(t.data) +
+                     row * t.strides[0] * static_cast<int64_t>(element_size(t.dtype));
   const int64_t s = t.ndim > 1 ? t.strides[1] : 1;
   if constexpr (std::is_same_v<C, float>) {
     strided_to_f32(base, t.dtype, s, dst, n);
@@ -226,7 +227,8 @@ void load_row(const TensorRef& t, int64_t row, C* dst, int64_t n) {
 
 template <typename C>
 void store_row(const TensorRef& t, int64_t row, const C* src, int64_t n) {
-  char* base = static_cast<char*>(t.data) + row * t.strides[0] * static_cast<int64_t>(element_size(t.dtype));
+  char* base =
+      static_cast<char*>(t.data) + row * t.strides[0] * static_cast<int64_t>(element_size(t.dtype));
   const int64_t s = t.ndim > 1 ? t.strides[1] : 1;
   if constexpr (std::is_same_v<C, float>) {
     strided_from_f32(src, base, t.dtype, s, n);
@@ -237,8 +239,10 @@ void store_row(const TensorRef& t, int64_t row, const C* src, int64_t n) {
 }
 
 void check_row_dtype(const char* op, const TensorRef& t) {
-  if (t.data && (!is_floating(t.dtype) || t.dtype == DType::Float8_e4m3fn || t.dtype == DType::Float8_e5m2))
-    throw std::invalid_argument(std::string(op) + ": unsupported dtype " + std::string(dtype_name(t.dtype)));
+  if (t.data &&
+      (!is_floating(t.dtype) || t.dtype == DType::Float8_e4m3fn || t.dtype == DType::Float8_e5m2))
+    throw std::invalid_argument(std::string(op) + ": unsupported dtype " +
+                                std::string(dtype_name(t.dtype)));
 }
 
 // A row as a dense array of the compute type: the tensor's memory when it already is one, else
@@ -261,47 +265,53 @@ C* out_row(const TensorRef& t, int64_t row, C* buf) {
 }
 
 template <typename C>
-void norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd, const TensorRef& input,
-                  const TensorRef& weight, const TensorRef& bias, double eps, bool center, Isa isa) {
+void norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd,
+                  const TensorRef& input, const TensorRef& weight, const TensorRef& bias,
+                  double eps, bool center, Isa isa) {
   const int64_t M = input.sizes[0], N = input.sizes[1];
   const auto w = param<C>(weight, N), b = param<C>(bias, N);
   const RowOps<C> ops = row_ops<C>(isa);
-  rt::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<C> xb(static_cast<size_t>(N)), yb(static_cast<size_t>(N));
-    for (int64_t r = r0; r < r1; ++r) {
-      const C* x = row_view(input, r, xb.data(), N);
-      C mu = 0, var = 0;
-      if (N > 0) {
-        if (center) {
-          C m2;
-          ops.moments(x, N, &mu, &m2);
-          var = m2 / static_cast<C>(N);
-        } else {
-          var = ops.sumsq(x, N) / static_cast<C>(N);
-        }
-      }
-      const C rs = static_cast<C>(1.0 / std::sqrt(static_cast<double>(var) + eps));
-      C* y = out_row(out, r, yb.data());
-      ops.apply(x, N, mu, rs, w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(), y);
-      if (y == yb.data()) store_row(out, r, y, N);
-      if (center) set1(mean, r, mu);
-      set1(rstd, r, rs);
-    }
-  });
+  rt::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)),
+                   [&](int64_t r0, int64_t r1) {
+                     std::vector<C> xb(static_cast<size_t>(N)), yb(static_cast<size_t>(N));
+                     for (int64_t r = r0; r < r1; ++r) {
+                       const C* x = row_view(input, r, xb.data(), N);
+                       C mu = 0, var = 0;
+                       if (N > 0) {
+                         if (center) {
+                           C m2;
+                           ops.moments(x, N, &mu, &m2);
+                           var = m2 / static_cast<C>(N);
+                         } else {
+                           var = ops.sumsq(x, N) / static_cast<C>(N);
+                         }
+                       }
+                       const C rs = static_cast<C>(1.0 / std::sqrt(static_cast<double>(var) + eps));
+                       C* y = out_row(out, r, yb.data());
+                       ops.apply(x, N, mu, rs, w.empty() ? nullptr : w.data(),
+                                 b.empty() ? nullptr : b.data(), y);
+                       if (y == yb.data()) store_row(out, r, y, N);
+                       if (center) set1(mean, r, mu);
+                       set1(rstd, r, rs);
+                     }
+                   });
 }
 
 template <typename C>
-void norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight, const TensorRef& grad_bias,
-                   const TensorRef& grad_out, const TensorRef& input, const TensorRef& mean, const TensorRef& rstd,
-                   const TensorRef& weight, bool center, Isa isa) {
+void norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
+                   const TensorRef& grad_bias, const TensorRef& grad_out, const TensorRef& input,
+                   const TensorRef& mean, const TensorRef& rstd, const TensorRef& weight,
+                   bool center, Isa isa) {
   const int64_t M = input.sizes[0], N = input.sizes[1];
   const auto w = param<C>(weight, N);
   const RowOps<C> ops = row_ops<C>(isa);
   const bool want_dw = grad_weight.data != nullptr, want_db = grad_bias.data != nullptr;
   const int64_t blocks = (M + kRowBlock - 1) / kRowBlock;
-  std::vector<C> pw(want_dw ? static_cast<size_t>(blocks * N) : 0), pb(want_db ? static_cast<size_t>(blocks * N) : 0);
+  std::vector<C> pw(want_dw ? static_cast<size_t>(blocks * N) : 0),
+      pb(want_db ? static_cast<size_t>(blocks * N) : 0);
   rt::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<C> x(static_cast<size_t>(N)), dy(static_cast<size_t>(N)), dx(static_cast<size_t>(N));
+    std::vector<C> x(static_cast<size_t>(N)), dy(static_cast<size_t>(N)),
+        dx(static_cast<size_t>(N));
     for (int64_t blk = b0; blk < b1; ++blk) {
       C* dw = want_dw ? pw.data() + blk * N : nullptr;
       C* db = want_db ? pb.data() + blk * N : nullptr;
@@ -333,38 +343,46 @@ bool use_f64(const TensorRef& input) { return input.dtype == DType::Float64; }
 
 }  // namespace
 
-void layer_norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd, const TensorRef& input,
-                        const TensorRef& weight, const TensorRef& bias, double eps, Isa isa) {
+void layer_norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd,
+                        const TensorRef& input, const TensorRef& weight, const TensorRef& bias,
+                        double eps, Isa isa) {
   check_row_dtype("layer_norm", input);
   if (use_f64(input))
     return norm_forward<double>(out, mean, rstd, input, weight, bias, eps, true, isa);
   norm_forward<float>(out, mean, rstd, input, weight, bias, eps, true, isa);
 }
 
-void layer_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight, const TensorRef& grad_bias,
-                         const TensorRef& grad_out, const TensorRef& input, const TensorRef& mean,
-                         const TensorRef& rstd, const TensorRef& weight, Isa isa) {
+void layer_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
+                         const TensorRef& grad_bias, const TensorRef& grad_out,
+                         const TensorRef& input, const TensorRef& mean, const TensorRef& rstd,
+                         const TensorRef& weight, Isa isa) {
   check_row_dtype("layer_norm_backward", input);
   if (use_f64(input))
-    return norm_backward<double>(grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd, weight, true, isa);
-  norm_backward<float>(grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd, weight, true, isa);
+    return norm_backward<double>(grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd,
+                                 weight, true, isa);
+  norm_backward<float>(grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd, weight,
+                       true, isa);
 }
 
-void rms_norm_forward(const TensorRef& out, const TensorRef& rstd, const TensorRef& input, const TensorRef& weight,
-                      double eps, Isa isa) {
+void rms_norm_forward(const TensorRef& out, const TensorRef& rstd, const TensorRef& input,
+                      const TensorRef& weight, double eps, Isa isa) {
   check_row_dtype("rms_norm", input);
   const TensorRef none;
-  if (use_f64(input)) return norm_forward<double>(out, none, rstd, input, weight, none, eps, false, isa);
+  if (use_f64(input))
+    return norm_forward<double>(out, none, rstd, input, weight, none, eps, false, isa);
   norm_forward<float>(out, none, rstd, input, weight, none, eps, false, isa);
 }
 
-void rms_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight, const TensorRef& grad_out,
-                       const TensorRef& input, const TensorRef& rstd, const TensorRef& weight, Isa isa) {
+void rms_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
+                       const TensorRef& grad_out, const TensorRef& input, const TensorRef& rstd,
+                       const TensorRef& weight, Isa isa) {
   check_row_dtype("rms_norm_backward", input);
   const TensorRef none;
   if (use_f64(input))
-    return norm_backward<double>(grad_input, grad_weight, none, grad_out, input, none, rstd, weight, false, isa);
-  norm_backward<float>(grad_input, grad_weight, none, grad_out, input, none, rstd, weight, false, isa);
+    return norm_backward<double>(grad_input, grad_weight, none, grad_out, input, none, rstd, weight,
+                                 false, isa);
+  norm_backward<float>(grad_input, grad_weight, none, grad_out, input, none, rstd, weight, false,
+                       isa);
 }
 
 // ---- batch norm ----
@@ -375,7 +393,8 @@ namespace {
 TensorRef channel_rows(const TensorRef& t, int64_t c) {
   // [N, S] view of channel c.
   TensorRef r;
-  r.data = static_cast<char*>(t.data) + c * t.strides[1] * static_cast<int64_t>(element_size(t.dtype));
+  r.data =
+      static_cast<char*>(t.data) + c * t.strides[1] * static_cast<int64_t>(element_size(t.dtype));
   r.dtype = t.dtype;
   r.ndim = 2;
   r.sizes[0] = t.sizes[0];
@@ -439,31 +458,35 @@ void bn_forward(const TensorRef& out, const TensorRef& save_mean, const TensorRe
     const double w = a.weight.data ? get1(a.weight, c) : 1.0;
     const double b = a.bias.data ? get1(a.bias, c) : 0.0;
     scale[static_cast<size_t>(c)] = static_cast<C>(invstd[static_cast<size_t>(c)] * w);
-    shift[static_cast<size_t>(c)] = static_cast<C>(b - mean[static_cast<size_t>(c)] * invstd[static_cast<size_t>(c)] * w);
+    shift[static_cast<size_t>(c)] =
+        static_cast<C>(b - mean[static_cast<size_t>(c)] * invstd[static_cast<size_t>(c)] * w);
   }
-  rt::parallel_for(0, N * Cn, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)), [&](int64_t p0, int64_t p1) {
-    std::vector<C> x(static_cast<size_t>(S));
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t n = p / Cn, c = p % Cn;
-      load_row(channel_rows(a.input, c), n, x.data(), S);
-      const C sc = scale[static_cast<size_t>(c)], sh = shift[static_cast<size_t>(c)];
-      for (auto& v : x) v = v * sc + sh;
-      store_row(channel_rows(out, c), n, x.data(), S);
-    }
-  });
+  rt::parallel_for(0, N * Cn, std::max<int64_t>(1, 16384 / std::max<int64_t>(S, 1)),
+                   [&](int64_t p0, int64_t p1) {
+                     std::vector<C> x(static_cast<size_t>(S));
+                     for (int64_t p = p0; p < p1; ++p) {
+                       const int64_t n = p / Cn, c = p % Cn;
+                       load_row(channel_rows(a.input, c), n, x.data(), S);
+                       const C sc = scale[static_cast<size_t>(c)],
+                               sh = shift[static_cast<size_t>(c)];
+                       for (auto& v : x) v = v * sc + sh;
+                       store_row(channel_rows(out, c), n, x.data(), S);
+                     }
+                   });
 }
 
 template <typename C>
-void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight, const TensorRef& grad_bias,
-                 const TensorRef& grad_out, const TensorRef& save_mean, const TensorRef& save_invstd,
-                 const BatchNormArgs& a) {
+void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
+                 const TensorRef& grad_bias, const TensorRef& grad_out, const TensorRef& save_mean,
+                 const TensorRef& save_invstd, const BatchNormArgs& a) {
   const int64_t N = a.input.sizes[0], Cn = a.input.sizes[1], S = a.input.sizes[2];
   const double count = static_cast<double>(N * S);
   rt::parallel_for(0, Cn, 1, [&](int64_t c0, int64_t c1) {
     std::vector<C> x(static_cast<size_t>(S)), dy(static_cast<size_t>(S));
     for (int64_t c = c0; c < c1; ++c) {
       const double mu = a.training ? get1(save_mean, c) : get1(a.running_mean, c);
-      const double is = a.training ? get1(save_invstd, c) : 1.0 / std::sqrt(get1(a.running_var, c) + a.eps);
+      const double is =
+          a.training ? get1(save_invstd, c) : 1.0 / std::sqrt(get1(a.running_var, c) + a.eps);
       const double w = a.weight.data ? get1(a.weight, c) : 1.0;
       const TensorRef xin = channel_rows(a.input, c), g = channel_rows(grad_out, c);
       double sdy = 0, sdyx = 0;
@@ -491,8 +514,8 @@ void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight, cons
         load_row(g, n, dy.data(), S);
         for (int64_t i = 0; i < S; ++i) {
           const double xc = static_cast<double>(x[static_cast<size_t>(i)]) - mu;
-          dy[static_cast<size_t>(i)] =
-              static_cast<C>(w * is * (static_cast<double>(dy[static_cast<size_t>(i)]) - k1 - xc * k2));
+          dy[static_cast<size_t>(i)] = static_cast<C>(
+              w * is * (static_cast<double>(dy[static_cast<size_t>(i)]) - k1 - xc * k2));
         }
         store_row(gi, n, dy.data(), S);
       }
@@ -504,23 +527,27 @@ void check_bn(const BatchNormArgs& a) {
   if (a.input.ndim != 3) throw std::invalid_argument("batch_norm: internal shape error");
   check_row_dtype("batch_norm", a.input);
   if (!a.training && (!a.running_mean.data || !a.running_var.data))
-    throw std::invalid_argument("batch_norm: running_mean and running_var must be defined in evaluation mode");
+    throw std::invalid_argument(
+        "batch_norm: running_mean and running_var must be defined in evaluation mode");
 }
 
 }  // namespace
 
-void batch_norm_forward(const TensorRef& out, const TensorRef& save_mean, const TensorRef& save_invstd,
-                        const BatchNormArgs& a) {
+void batch_norm_forward(const TensorRef& out, const TensorRef& save_mean,
+                        const TensorRef& save_invstd, const BatchNormArgs& a) {
   check_bn(a);
   if (use_f64(a.input)) return bn_forward<double>(out, save_mean, save_invstd, a);
   bn_forward<float>(out, save_mean, save_invstd, a);
 }
 
-void batch_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight, const TensorRef& grad_bias,
-                         const TensorRef& grad_out, const TensorRef& save_mean, const TensorRef& save_invstd,
+void batch_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
+                         const TensorRef& grad_bias, const TensorRef& grad_out,
+                         const TensorRef& save_mean, const TensorRef& save_invstd,
                          const BatchNormArgs& a) {
   check_bn(a);
-  if (use_f64(a.input)) return bn_backward<double>(grad_input, grad_weight, grad_bias, grad_out, save_mean, save_invstd, a);
+  if (use_f64(a.input))
+    return bn_backward<double>(grad_input, grad_weight, grad_bias, grad_out, save_mean, save_invstd,
+                               a);
   bn_backward<float>(grad_input, grad_weight, grad_bias, grad_out, save_mean, save_invstd, a);
 }
 

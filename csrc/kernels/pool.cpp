@@ -16,11 +16,16 @@ namespace {
 template <typename F>
 void dispatch_pool(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: return f(float{});
-    case DType::Float64: return f(double{});
-    case DType::BFloat16: return f(bf16{});
-    case DType::Float16: return f(f16{});
-    default: throw std::invalid_argument("pooling: unsupported dtype " + std::string(dtype_name(t)));
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::BFloat16:
+      return f(bf16{});
+    case DType::Float16:
+      return f(f16{});
+    default:
+      throw std::invalid_argument("pooling: unsupported dtype " + std::string(dtype_name(t)));
   }
 }
 
@@ -43,7 +48,8 @@ int64_t end_index(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + o
 struct AvgWindow {
   int64_t h0, h1, w0, w1, divisor;
 };
-AvgWindow avg_window(const Pool2dArgs& a, int64_t oh, int64_t ow, bool count_include_pad, int64_t divisor_override) {
+AvgWindow avg_window(const Pool2dArgs& a, int64_t oh, int64_t ow, bool count_include_pad,
+                     int64_t divisor_override) {
   int64_t h0 = oh * a.sH - a.pH, w0 = ow * a.sW - a.pW;
   int64_t h1 = std::min(h0 + a.kH, a.H + a.pH), w1 = std::min(w0 + a.kW, a.W + a.pW);
   const int64_t pool_size = (h1 - h0) * (w1 - w0);
@@ -100,7 +106,8 @@ void max_pool2d_forward(const Pool2dArgs& a, const void* in, void* out, int64_t*
   });
 }
 
-void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices, void* grad_in) {
+void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices,
+                         void* grad_in) {
   dispatch_pool(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = Acc<T>;
@@ -111,8 +118,9 @@ void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_
       for (int64_t o = 0; o < a.OH * a.OW; ++o) {
         const int64_t i = ind[o];
         if (i < 0 || i >= a.H * a.W)
-          throw std::out_of_range("max_pool2d_backward: index " + std::to_string(i) + " is out of bounds for an input of " +
-                                  std::to_string(a.H * a.W) + " elements");
+          throw std::out_of_range("max_pool2d_backward: index " + std::to_string(i) +
+                                  " is out of bounds for an input of " + std::to_string(a.H * a.W) +
+                                  " elements");
         acc[static_cast<size_t>(i)] += static_cast<C>(g[o]);
       }
       T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
@@ -121,8 +129,8 @@ void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_
   });
 }
 
-void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override, const void* in,
-                        void* out) {
+void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                        const void* in, void* out) {
   dispatch_pool(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = Acc<T>;
@@ -141,8 +149,8 @@ void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t div
   });
 }
 
-void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override, const void* grad_out,
-                         void* grad_in) {
+void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                         const void* grad_out, void* grad_in) {
   dispatch_pool(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = Acc<T>;

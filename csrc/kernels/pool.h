@@ -17,13 +17,14 @@ struct Pool2dArgs {
 };
 
 void max_pool2d_forward(const Pool2dArgs& a, const void* in, void* out, int64_t* indices);
-void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices, void* grad_in);
+void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices,
+                         void* grad_in);
 
 // divisor_override <= 0: none.
-void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override, const void* in,
-                        void* out);
-void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override, const void* grad_out,
-                         void* grad_in);
+void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                        const void* in, void* out);
+void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                         const void* grad_out, void* grad_in);
 
 // Uses planes, H, W, OH, OW and dtype of `a`.
 void adaptive_avg_pool2d_forward(const Pool2dArgs& a, const void* in, void* out);

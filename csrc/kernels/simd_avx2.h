@@ -73,7 +73,8 @@ NEURON_AVX2_INLINE __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
   __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
   y = _mm256_andnot_ps(underflow, y);
   y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), overflow);

@@ -3,14 +3,13 @@
 // nonzero, index_copy_/index_fill_/index_add_. CPU index tensors are moved to the device, int32
 // indices are accepted next to int64. nonzero and masked_select synchronize (their result size
 // depends on the data); everything else is queued.
-#include "OpUtils.h"
-
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/IndexingUtils.h>
 #include <torch/library.h>
 
 #include <cstring>
 
+#include "OpUtils.h"
 #include "kernels/index.h"
 
 namespace neuron::torch_glue {
@@ -35,7 +34,8 @@ ScalarBytes scalar_bytes(const c10::Scalar& v, const at::Tensor& like) {
 
 // ---- index_select ----
 
-at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index_in, at::Tensor& out) {
+at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index_in,
+                                  at::Tensor& out) {
   check_index("index_select", index_in);
   TORCH_CHECK(index_in.dim() <= 1, "index_select(): Index is supposed to be a vector");
   const at::Tensor index = to_device(index_in, self.device());
@@ -45,15 +45,16 @@ at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at:
   prepare_out("index_select", out, sizes, self.scalar_type(), self.device());
   TORCH_CHECK(!overlaps(out, self), "index_select(): out must not overlap self");
   if (self.dim() == 0) {
-    TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
-                " value(s)");
+    TORCH_CHECK(index.numel() == 1, "index_select(): Index to scalar can have only 1 value, got ",
+                index.numel(), " value(s)");
   }
   if (out.numel() == 0 && index.numel() == 0) return out;
   TORCH_CHECK(self.dim() == 0 || self.size(d) > 0 || index.numel() == 0,
               "index_select(): self indexing axis dim should be positive");
   const TensorRef o = make_ref(out), s = make_ref(self), i = make_ref(index.reshape({-1}));
   const int di = static_cast<int>(d);
-  launch_on(self, "aten::index_select", [o, s, i, di] { kernels::index_select(o, s, di, i, "index_select"); });
+  launch_on(self, "aten::index_select",
+            [o, s, i, di] { kernels::index_select(o, s, di, i, "index_select"); });
   return out;
 }
 
@@ -63,17 +64,19 @@ at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& i
   return index_select_out_impl(self, dim, index, out);
 }
 
-at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                             at::Tensor& out) {
   NEURON_TRACK_OP("aten::index_select.out");
   return index_select_out_impl(self, dim, index, out);
 }
 
 // ---- gather / scatter ----
 
-void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                         const at::Tensor* src) {
+void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim,
+                         const at::Tensor& index, const at::Tensor* src) {
   TORCH_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1), op,
-              "(): Index tensor must have the same number of dimensions as ", src ? "self tensor" : "input tensor");
+              "(): Index tensor must have the same number of dimensions as ",
+              src ? "self tensor" : "input tensor");
   for (int64_t d = 0; d < index.dim(); ++d) {
     if (d != dim)
       TORCH_CHECK(index.size(d) <= self.size(d), op, "(): Expected index ", index.sizes(),
@@ -84,14 +87,16 @@ void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim, co
   }
 }
 
-at::Tensor& gather_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index_in, at::Tensor& out) {
+at::Tensor& gather_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index_in,
+                            at::Tensor& out) {
   check_index("gather", index_in);
   const at::Tensor index = to_device(index_in, self.device());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   check_gather_shapes("gather", self, d, index, nullptr);
   prepare_out("gather", out, index.sizes(), self.scalar_type(), self.device());
   if (out.numel() == 0) return out;
-  TORCH_CHECK(!overlaps(out, self) && !overlaps(out, index), "gather(): out must not overlap its inputs");
+  TORCH_CHECK(!overlaps(out, self) && !overlaps(out, index),
+              "gather(): out must not overlap its inputs");
   const TensorRef o = make_ref(out), s = make_ref(self), i = make_ref(index);
   const int di = static_cast<int>(d);
   launch_on(self, "aten::gather", [o, s, i, di] { kernels::gather(o, s, di, i, "gather"); });
@@ -104,8 +109,8 @@ at::Tensor gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, 
   return gather_out_impl(self, dim, index, out);
 }
 
-at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
-                       at::Tensor& out) {
+at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                       bool sparse_grad, at::Tensor& out) {
   NEURON_TRACK_OP("aten::gather.out");
   return gather_out_impl(self, dim, index, out);
 }
@@ -117,7 +122,8 @@ kernels::ScatterReduce parse_reduce(const char* op, c10::string_view reduce, boo
     if (reduce == "mean") return kernels::ScatterReduce::Mean;
     if (reduce == "amax") return kernels::ScatterReduce::Amax;
     if (reduce == "amin") return kernels::ScatterReduce::Amin;
-    TORCH_CHECK(false, op, "(): reduce argument must be either sum, prod, mean, amax or amin, got ", reduce);
+    TORCH_CHECK(false, op, "(): reduce argument must be either sum, prod, mean, amax or amin, got ",
+                reduce);
   }
   if (reduce == "add") return kernels::ScatterReduce::Sum;
   if (reduce == "multiply") return kernels::ScatterReduce::Prod;
@@ -126,13 +132,15 @@ kernels::ScatterReduce parse_reduce(const char* op, c10::string_view reduce, boo
 
 // `target` already holds self's values; scatters src (or value) into it.
 void scatter_into(const char* name, at::Tensor& target, int64_t dim, const at::Tensor& index_in,
-                  const at::Tensor* src, const c10::Scalar* value, kernels::ScatterReduce reduce, bool include_self) {
+                  const at::Tensor* src, const c10::Scalar* value, kernels::ScatterReduce reduce,
+                  bool include_self) {
   check_index("scatter", index_in);
   const at::Tensor index = to_device(index_in, target.device());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(target.dim(), 1));
   at::Tensor s;
   if (src) {
-    TORCH_CHECK(src->scalar_type() == target.scalar_type(), "scatter(): Expected self.dtype to be equal to src.dtype");
+    TORCH_CHECK(src->scalar_type() == target.scalar_type(),
+                "scatter(): Expected self.dtype to be equal to src.dtype");
     check_device("scatter", target.device(), {src});
     s = *src;
   }
@@ -154,123 +162,141 @@ at::Tensor& copy_self_into(const char* op, const at::Tensor& self, at::Tensor& o
   return out;
 }
 
-at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+at::Tensor scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                       const at::Tensor& src) {
   NEURON_TRACK_OP("aten::scatter.src");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  scatter_into("aten::scatter.src", out, dim, index, &src, nullptr, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter.src", out, dim, index, &src, nullptr, kernels::ScatterReduce::Assign,
+               true);
   return out;
 }
-at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                            at::Tensor& out) {
+at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                            const at::Tensor& src, at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter.src_out");
   copy_self_into("scatter", self, out);
-  scatter_into("aten::scatter.src_out", out, dim, index, &src, nullptr, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter.src_out", out, dim, index, &src, nullptr,
+               kernels::ScatterReduce::Assign, true);
   return out;
 }
-at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+at::Tensor& scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                         const at::Tensor& src) {
   NEURON_TRACK_OP("aten::scatter_.src");
-  scatter_into("aten::scatter_.src", self, dim, index, &src, nullptr, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter_.src", self, dim, index, &src, nullptr,
+               kernels::ScatterReduce::Assign, true);
   return self;
 }
-at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value) {
+at::Tensor scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                         const c10::Scalar& value) {
   NEURON_TRACK_OP("aten::scatter.value");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  scatter_into("aten::scatter.value", out, dim, index, nullptr, &value, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter.value", out, dim, index, nullptr, &value,
+               kernels::ScatterReduce::Assign, true);
   return out;
 }
-at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value,
-                              at::Tensor& out) {
+at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                              const c10::Scalar& value, at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter.value_out");
   copy_self_into("scatter", self, out);
-  scatter_into("aten::scatter.value_out", out, dim, index, nullptr, &value, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter.value_out", out, dim, index, nullptr, &value,
+               kernels::ScatterReduce::Assign, true);
   return out;
 }
-at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value) {
+at::Tensor& scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           const c10::Scalar& value) {
   NEURON_TRACK_OP("aten::scatter_.value");
-  scatter_into("aten::scatter_.value", self, dim, index, nullptr, &value, kernels::ScatterReduce::Assign, true);
+  scatter_into("aten::scatter_.value", self, dim, index, nullptr, &value,
+               kernels::ScatterReduce::Assign, true);
   return self;
 }
-at::Tensor scatter_reduce_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                              c10::string_view reduce) {
+at::Tensor scatter_reduce_src(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                              const at::Tensor& src, c10::string_view reduce) {
   NEURON_TRACK_OP("aten::scatter.reduce");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  scatter_into("aten::scatter.reduce", out, dim, index, &src, nullptr, parse_reduce("scatter", reduce, false), true);
+  scatter_into("aten::scatter.reduce", out, dim, index, &src, nullptr,
+               parse_reduce("scatter", reduce, false), true);
   return out;
 }
-at::Tensor& scatter_reduce_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                                c10::string_view reduce) {
+at::Tensor& scatter_reduce_src_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                const at::Tensor& src, c10::string_view reduce) {
   NEURON_TRACK_OP("aten::scatter_.reduce");
-  scatter_into("aten::scatter_.reduce", self, dim, index, &src, nullptr, parse_reduce("scatter_", reduce, false),
-               true);
+  scatter_into("aten::scatter_.reduce", self, dim, index, &src, nullptr,
+               parse_reduce("scatter_", reduce, false), true);
   return self;
 }
 at::Tensor& scatter_reduce_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                                   const at::Tensor& src, c10::string_view reduce, at::Tensor& out) {
+                                   const at::Tensor& src, c10::string_view reduce,
+                                   at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter.reduce_out");
   copy_self_into("scatter", self, out);
-  scatter_into("aten::scatter.reduce_out", out, dim, index, &src, nullptr, parse_reduce("scatter", reduce, false),
-               true);
+  scatter_into("aten::scatter.reduce_out", out, dim, index, &src, nullptr,
+               parse_reduce("scatter", reduce, false), true);
   return out;
 }
 at::Tensor scatter_value_reduce(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                 const c10::Scalar& value, c10::string_view reduce) {
   NEURON_TRACK_OP("aten::scatter.value_reduce");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  scatter_into("aten::scatter.value_reduce", out, dim, index, nullptr, &value, parse_reduce("scatter", reduce, false),
-               true);
+  scatter_into("aten::scatter.value_reduce", out, dim, index, nullptr, &value,
+               parse_reduce("scatter", reduce, false), true);
   return out;
 }
-at::Tensor& scatter_value_reduce_(at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value,
-                                  c10::string_view reduce) {
+at::Tensor& scatter_value_reduce_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                  const c10::Scalar& value, c10::string_view reduce) {
   NEURON_TRACK_OP("aten::scatter_.value_reduce");
   scatter_into("aten::scatter_.value_reduce", self, dim, index, nullptr, &value,
                parse_reduce("scatter_", reduce, false), true);
   return self;
 }
 at::Tensor& scatter_value_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                                     const c10::Scalar& value, c10::string_view reduce, at::Tensor& out) {
+                                     const c10::Scalar& value, c10::string_view reduce,
+                                     at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter.value_reduce_out");
   copy_self_into("scatter", self, out);
   scatter_into("aten::scatter.value_reduce_out", out, dim, index, nullptr, &value,
                parse_reduce("scatter", reduce, false), true);
   return out;
 }
-at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+at::Tensor scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                       const at::Tensor& src) {
   NEURON_TRACK_OP("aten::scatter_add");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
-  scatter_into("aten::scatter_add", out, dim, index, &src, nullptr, kernels::ScatterReduce::Sum, true);
+  scatter_into("aten::scatter_add", out, dim, index, &src, nullptr, kernels::ScatterReduce::Sum,
+               true);
   return out;
 }
-at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+at::Tensor& scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                         const at::Tensor& src) {
   NEURON_TRACK_OP("aten::scatter_add_");
-  scatter_into("aten::scatter_add_", self, dim, index, &src, nullptr, kernels::ScatterReduce::Sum, true);
+  scatter_into("aten::scatter_add_", self, dim, index, &src, nullptr, kernels::ScatterReduce::Sum,
+               true);
   return self;
 }
-at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                            at::Tensor& out) {
+at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                            const at::Tensor& src, at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter_add.out");
   copy_self_into("scatter_add", self, out);
-  scatter_into("aten::scatter_add.out", out, dim, index, &src, nullptr, kernels::ScatterReduce::Sum, true);
+  scatter_into("aten::scatter_add.out", out, dim, index, &src, nullptr, kernels::ScatterReduce::Sum,
+               true);
   return out;
 }
-at::Tensor scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                              c10::string_view reduce, bool include_self) {
+at::Tensor scatter_reduce_two(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                              const at::Tensor& src, c10::string_view reduce, bool include_self) {
   NEURON_TRACK_OP("aten::scatter_reduce.two");
   at::Tensor out = self.clone(at::MemoryFormat::Contiguous);
   scatter_into("aten::scatter_reduce.two", out, dim, index, &src, nullptr,
                parse_reduce("scatter_reduce", reduce, true), include_self);
   return out;
 }
-at::Tensor& scatter_reduce_two_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
-                                c10::string_view reduce, bool include_self) {
+at::Tensor& scatter_reduce_two_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                const at::Tensor& src, c10::string_view reduce, bool include_self) {
   NEURON_TRACK_OP("aten::scatter_reduce_.two");
   scatter_into("aten::scatter_reduce_.two", self, dim, index, &src, nullptr,
                parse_reduce("scatter_reduce_", reduce, true), include_self);
   return self;
 }
 at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                                   const at::Tensor& src, c10::string_view reduce, bool include_self,
-                                   at::Tensor& out) {
+                                   const at::Tensor& src, c10::string_view reduce,
+                                   bool include_self, at::Tensor& out) {
   NEURON_TRACK_OP("aten::scatter_reduce.two_out");
   copy_self_into("scatter_reduce", self, out);
   scatter_into("aten::scatter_reduce.two_out", out, dim, index, &src, nullptr,
@@ -289,16 +315,19 @@ struct AdvIndex {
   std::vector<int64_t> result_sizes;
 };
 
-AdvIndex make_adv(const at::Tensor& self_in, const c10::List<std::optional<at::Tensor>>& orig, const char* op) {
+AdvIndex make_adv(const at::Tensor& self_in, const c10::List<std::optional<at::Tensor>>& orig,
+                  const char* op) {
   for (const std::optional<at::Tensor>& t : orig) {
     if (!t.has_value() || !t->defined()) continue;
     const auto st = t->scalar_type();
     TORCH_CHECK_INDEX(st == at::kLong || st == at::kInt || st == at::kByte || st == at::kBool,
                       "tensors used as indices must be long, int, byte or bool tensors");
   }
-  TORCH_CHECK_INDEX(orig.size() <= static_cast<size_t>(self_in.dim()), "too many indices for tensor of dimension ",
-                    self_in.dim(), " (got ", orig.size(), ")");
-  std::vector<at::Tensor> indices = at::native::expandTensors(self_in, orig, /*ensure_same_device=*/true);
+  TORCH_CHECK_INDEX(orig.size() <= static_cast<size_t>(self_in.dim()),
+                    "too many indices for tensor of dimension ", self_in.dim(), " (got ",
+                    orig.size(), ")");
+  std::vector<at::Tensor> indices =
+      at::native::expandTensors(self_in, orig, /*ensure_same_device=*/true);
   for (auto& t : indices)
     if (t.defined()) t = to_device(t, self_in.device());
   try {
@@ -311,11 +340,14 @@ AdvIndex make_adv(const at::Tensor& self_in, const c10::List<std::optional<at::T
         os << (first ? "" : ", ") << t.sizes();
         first = false;
       }
-    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together with shapes ", os.str());
+    TORCH_CHECK_INDEX(
+        false, "shape mismatch: indexing tensors could not be broadcast together with shapes ",
+        os.str());
   }
   while (indices.size() < static_cast<size_t>(self_in.dim())) indices.emplace_back();
   at::Tensor self = self_in;
-  if (!at::native::hasContiguousSubspace(indices)) std::tie(self, indices) = at::native::transposeToFront(self, indices);
+  if (!at::native::hasContiguousSubspace(indices))
+    std::tie(self, indices) = at::native::transposeToFront(self, indices);
   AdvIndex a;
   int64_t before = 0, indexed = 0;
   at::IntArrayRef index_shape;
@@ -346,8 +378,9 @@ AdvIndex make_adv(const at::Tensor& self_in, const c10::List<std::optional<at::T
     strides.push_back(self.stride(d));
   }
   for (int64_t k = 0; k < indexed; ++k) {
-    if (a.ref.indexed_sizes[k] == 0 && std::accumulate(index_shape.begin(), index_shape.end(), int64_t{1},
-                                                       std::multiplies<int64_t>()) != 0) {
+    if (a.ref.indexed_sizes[k] == 0 &&
+        std::accumulate(index_shape.begin(), index_shape.end(), int64_t{1},
+                        std::multiplies<int64_t>()) != 0) {
       TORCH_CHECK_INDEX(false, "index is out of bounds for dimension with size 0");
     }
   }
@@ -367,8 +400,8 @@ AdvIndex make_adv(const at::Tensor& self_in, const c10::List<std::optional<at::T
   return a;
 }
 
-at::Tensor& index_out_impl(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
-                           at::Tensor& out) {
+at::Tensor& index_out_impl(const at::Tensor& self,
+                           const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
   AdvIndex a = make_adv(self, indices, "index");
   prepare_out("index", out, a.result_sizes, self.scalar_type(), self.device());
   if (out.numel() == 0) return out;
@@ -385,19 +418,21 @@ at::Tensor index(const at::Tensor& self, const c10::List<std::optional<at::Tenso
   return index_out_impl(self, indices, out);
 }
 
-at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                      at::Tensor& out) {
   NEURON_TRACK_OP("aten::index.Tensor_out");
   return index_out_impl(self, indices, out);
 }
 
-at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value,
-                                    const char* name);
+at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask,
+                                    const at::Tensor& value, const char* name);
 
 at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
                             const at::Tensor& values, bool accumulate, bool unsafe) {
   NEURON_TRACK_OP("aten::_index_put_impl_");
-  TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
-                    self.dim(), " (got ", indices.size(), ")");
+  TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()),
+                    "too many indices for tensor of dimension ", self.dim(), " (got ",
+                    indices.size(), ")");
   check_device("index_put_", self.device(), {&values});
   at::assert_no_internal_overlap(self);
   // A single boolean mask with one value is a masked_fill: no synchronization for nonzero.
@@ -414,19 +449,24 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
     }
     if (masks == 1 && defined == 1 && indices.size() >= 1 && indices.get(0).has_value() &&
         indices.get(0)->defined() && indices.get(0)->scalar_type() == at::kBool) {
-      TORCH_CHECK_INDEX(mask.dim() <= self.dim(), "too many indices for tensor of dimension ", self.dim());
+      TORCH_CHECK_INDEX(mask.dim() <= self.dim(), "too many indices for tensor of dimension ",
+                        self.dim());
       for (int64_t j = 0; j < mask.dim(); ++j)
-        TORCH_CHECK_INDEX(mask.size(j) == self.size(j), "The shape of the mask ", mask.sizes(), " at index ", j,
-                          " does not match the shape of the indexed tensor ", self.sizes(), " at index ", j);
+        TORCH_CHECK_INDEX(mask.size(j) == self.size(j), "The shape of the mask ", mask.sizes(),
+                          " at index ", j, " does not match the shape of the indexed tensor ",
+                          self.sizes(), " at index ", j);
       at::Tensor m = to_device(mask, self.device());
       while (m.dim() < self.dim()) m = m.unsqueeze(-1);
       return masked_fill_tensor_impl(self, m, values.reshape({}), "aten::_index_put_impl_");
     }
   }
   AdvIndex a = make_adv(self, indices, "index_put_");
-  at::Tensor v = values.scalar_type() == self.scalar_type() ? values : values.to(self.scalar_type());
-  TORCH_CHECK(at::is_expandable_to(v.sizes(), a.result_sizes), "shape mismatch: value tensor of shape ", v.sizes(),
-              " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(a.result_sizes));
+  at::Tensor v =
+      values.scalar_type() == self.scalar_type() ? values : values.to(self.scalar_type());
+  TORCH_CHECK(at::is_expandable_to(v.sizes(), a.result_sizes),
+              "shape mismatch: value tensor of shape ", v.sizes(),
+              " cannot be broadcast to indexing result of shape ",
+              c10::IntArrayRef(a.result_sizes));
   if (a.src.numel() == 0) return self;
   if (overlaps(self, v)) v = v.clone();
   const TensorRef d = make_ref(a.src), vr = make_ref(v.expand(a.result_sizes));
@@ -439,17 +479,18 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
 // ---- masks ----
 
 void check_mask(const char* op, const at::Tensor& self, const at::Tensor& mask) {
-  TORCH_CHECK(mask.scalar_type() == at::kBool, op, " only supports boolean masks, but got mask with dtype ",
-              mask.scalar_type());
-  TORCH_CHECK(at::is_expandable_to(mask.sizes(), self.sizes()), op, ": the mask of shape ", mask.sizes(),
-              " cannot be broadcast to self's shape ", self.sizes());
+  TORCH_CHECK(mask.scalar_type() == at::kBool, op,
+              " only supports boolean masks, but got mask with dtype ", mask.scalar_type());
+  TORCH_CHECK(at::is_expandable_to(mask.sizes(), self.sizes()), op, ": the mask of shape ",
+              mask.sizes(), " cannot be broadcast to self's shape ", self.sizes());
 }
 
-at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask_in, const at::Tensor& value,
-                                    const char* name) {
+at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask_in,
+                                    const at::Tensor& value, const char* name) {
   const at::Tensor mask = to_device(mask_in, self.device());
   check_mask("masked_fill_", self, mask);
-  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+  TORCH_CHECK(value.dim() == 0,
+              "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   at::assert_no_internal_overlap(self);
   if (self.numel() == 0) return self;
@@ -460,7 +501,8 @@ at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask_in,
     return self;
   }
   // A neuron scalar: read it inside the task (ordered after its producer).
-  const at::Tensor vv = value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
+  const at::Tensor vv =
+      value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
   const void* vp = vv.data_ptr();
   const size_t esz = self.element_size();
   const TensorRef s = make_ref(self), m = make_ref(mask.expand(self.sizes()));
@@ -472,7 +514,8 @@ at::Tensor& masked_fill_tensor_impl(at::Tensor& self, const at::Tensor& mask_in,
   return self;
 }
 
-at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask_in, const c10::Scalar& value) {
+at::Tensor& masked_fill_scalar_(at::Tensor& self, const at::Tensor& mask_in,
+                                const c10::Scalar& value) {
   NEURON_TRACK_OP("aten::masked_fill_.Scalar");
   const at::Tensor mask = to_device(mask_in, self.device());
   check_mask("masked_fill_", self, mask);
@@ -493,15 +536,17 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask_in, const a
   NEURON_TRACK_OP("aten::masked_scatter_");
   const at::Tensor mask = to_device(mask_in, self.device());
   check_mask("masked_scatter_", self, mask);
-  TORCH_CHECK(source.scalar_type() == self.scalar_type(), "masked_scatter_: expected self and source to have same "
-                                                          "dtypes but got ", self.scalar_type(), " and ",
-              source.scalar_type());
+  TORCH_CHECK(source.scalar_type() == self.scalar_type(),
+              "masked_scatter_: expected self and source to have same "
+              "dtypes but got ",
+              self.scalar_type(), " and ", source.scalar_type());
   check_device("masked_scatter_", self.device(), {&source});
   at::assert_no_internal_overlap(self);
   if (self.numel() == 0) return self;
   const at::Tensor src = source.reshape({-1});
   const TensorRef s = make_ref(self), m = make_ref(mask.expand(self.sizes())), so = make_ref(src);
-  launch_on(self, "aten::masked_scatter_", [s, m, so] { kernels::masked_scatter(s, m, so, "masked_scatter_"); });
+  launch_on(self, "aten::masked_scatter_",
+            [s, m, so] { kernels::masked_scatter(s, m, so, "masked_scatter_"); });
   return self;
 }
 
@@ -517,7 +562,8 @@ at::Tensor& nonzero_out_impl(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == at::kLong || out.scalar_type() == at::kInt,
               "nonzero: Expected out tensor to have scalar type Long but got ", out.scalar_type());
   const TensorRef s = make_ref(self);
-  const int64_t n = self.numel() ? synchronized_count(self, "aten::nonzero", [s] { return kernels::count_nonzero(s); })
+  const int64_t n = self.numel() ? synchronized_count(self, "aten::nonzero",
+                                                      [s] { return kernels::count_nonzero(s); })
                                  : 0;
   at::native::resize_output(out, {n, self.dim()});
   if (n == 0 || self.dim() == 0) {
@@ -539,7 +585,8 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
   return nonzero_out_impl(self, out);
 }
 
-at::Tensor& masked_select_out_impl(const at::Tensor& self, const at::Tensor& mask_in, at::Tensor& out) {
+at::Tensor& masked_select_out_impl(const at::Tensor& self, const at::Tensor& mask_in,
+                                   at::Tensor& out) {
   const at::Tensor mask = to_device(mask_in, self.device());
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   auto [s, m] = at::expand_outplace(self, mask);
@@ -567,28 +614,33 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
 
 // ---- index_copy / index_fill / index_add ----
 
-void check_index_update(const char* op, const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                        const at::Tensor* source) {
+void check_index_update(const char* op, const at::Tensor& self, int64_t dim,
+                        const at::Tensor& index, const at::Tensor* source) {
   check_index(op, index);
-  TORCH_CHECK(index.dim() <= 1, op, "(): Index should have dimension 1 or 0 (got ", index.dim(), ")");
+  TORCH_CHECK(index.dim() <= 1, op, "(): Index should have dimension 1 or 0 (got ", index.dim(),
+              ")");
   if (!source) return;
-  TORCH_CHECK(source->scalar_type() == self.scalar_type(), op, "(): self (", self.scalar_type(), ") and source (",
-              source->scalar_type(), ") must have the same scalar type");
+  TORCH_CHECK(source->scalar_type() == self.scalar_type(), op, "(): self (", self.scalar_type(),
+              ") and source (", source->scalar_type(), ") must have the same scalar type");
   check_device(op, self.device(), {source});
-  TORCH_CHECK(std::max<int64_t>(source->dim(), 1) == std::max<int64_t>(self.dim(), 1), op,
-              "(): When source and destination are not scalars, their dimensionality must match. Source "
-              "dimensionality (", source->dim(), "), destination dimensionality (", self.dim(), ")");
+  TORCH_CHECK(
+      std::max<int64_t>(source->dim(), 1) == std::max<int64_t>(self.dim(), 1), op,
+      "(): When source and destination are not scalars, their dimensionality must match. Source "
+      "dimensionality (",
+      source->dim(), "), destination dimensionality (", self.dim(), ")");
   const int64_t n = source->dim() ? source->size(dim) : 1;
   TORCH_CHECK(index.numel() == n, op, "(): Number of indices (", index.numel(),
               ") should be equal to source.size(dim) (", n, ")");
   for (int64_t d = 0; d < self.dim(); ++d)
     if (d != dim)
       TORCH_CHECK(self.size(d) == source->size(d), op, "(): source ", source->sizes(),
-                  " and destination ", self.sizes(), " shapes must match apart from dimension ", dim);
+                  " and destination ", self.sizes(), " shapes must match apart from dimension ",
+                  dim);
 }
 
-void index_update_into(const char* name, const char* op, at::Tensor& self, int64_t dim, const at::Tensor& index_in,
-                       const at::Tensor* source, kernels::IndexUpdate mode, double alpha, const c10::Scalar* value) {
+void index_update_into(const char* name, const char* op, at::Tensor& self, int64_t dim,
+                       const at::Tensor& index_in, const at::Tensor* source,
+                       kernels::IndexUpdate mode, double alpha, const c10::Scalar* value) {
   const at::Tensor index = to_device(index_in, self.device());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   check_index_update(op, self, d, index, source);
@@ -605,32 +657,36 @@ void index_update_into(const char* name, const char* op, at::Tensor& self, int64
   });
 }
 
-at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                        const at::Tensor& source) {
   NEURON_TRACK_OP("aten::index_copy_");
-  index_update_into("aten::index_copy_", "index_copy_", self, dim, index, &source, kernels::IndexUpdate::Copy, 1.0,
-                    nullptr);
+  index_update_into("aten::index_copy_", "index_copy_", self, dim, index, &source,
+                    kernels::IndexUpdate::Copy, 1.0, nullptr);
   return self;
 }
 
-at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                           at::Tensor& out) {
+at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                           const at::Tensor& source, at::Tensor& out) {
   NEURON_TRACK_OP("aten::index_copy.out");
   copy_self_into("index_copy", self, out);
-  index_update_into("aten::index_copy.out", "index_copy", out, dim, index, &source, kernels::IndexUpdate::Copy, 1.0,
-                    nullptr);
+  index_update_into("aten::index_copy.out", "index_copy", out, dim, index, &source,
+                    kernels::IndexUpdate::Copy, 1.0, nullptr);
   return out;
 }
 
-at::Tensor& index_fill_scalar_(at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value) {
+at::Tensor& index_fill_scalar_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                               const c10::Scalar& value) {
   NEURON_TRACK_OP("aten::index_fill_.int_Scalar");
   index_update_into("aten::index_fill_.int_Scalar", "index_fill_", self, dim, index, nullptr,
                     kernels::IndexUpdate::Fill, 1.0, &value);
   return self;
 }
 
-at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& value) {
+at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                               const at::Tensor& value) {
   NEURON_TRACK_OP("aten::index_fill_.int_Tensor");
-  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+  TORCH_CHECK(value.dim() == 0,
+              "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   if (!is_neuron(value)) {
     const c10::Scalar v = value.item();
@@ -643,7 +699,8 @@ at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& 
   const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   check_index_update("index_fill_", self, d, idx, nullptr);
   if (idx.numel() == 0 || self.numel() == 0) return self;
-  const at::Tensor vv = value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
+  const at::Tensor vv =
+      value.scalar_type() == self.scalar_type() ? value : value.to(self.scalar_type());
   const void* vp = vv.data_ptr();
   const size_t esz = self.element_size();
   const TensorRef s = make_ref(self), i = make_ref(idx.reshape({-1}));
@@ -656,20 +713,20 @@ at::Tensor& index_fill_tensor_(at::Tensor& self, int64_t dim, const at::Tensor& 
   return self;
 }
 
-at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                       const c10::Scalar& alpha) {
+at::Tensor& index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                       const at::Tensor& source, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::index_add_");
-  index_update_into("aten::index_add_", "index_add_", self, dim, index, &source, kernels::IndexUpdate::Add,
-                    alpha.toDouble(), nullptr);
+  index_update_into("aten::index_add_", "index_add_", self, dim, index, &source,
+                    kernels::IndexUpdate::Add, alpha.toDouble(), nullptr);
   return self;
 }
 
-at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
-                          const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Tensor& source, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::index_add.out");
   copy_self_into("index_add", self, out);
-  index_update_into("aten::index_add.out", "index_add", out, dim, index, &source, kernels::IndexUpdate::Add,
-                    alpha.toDouble(), nullptr);
+  index_update_into("aten::index_add.out", "index_add", out, dim, index, &source,
+                    kernels::IndexUpdate::Add, alpha.toDouble(), nullptr);
   return out;
 }
 

@@ -3,10 +3,10 @@
 // and `linear` are composite and reach these through views (t, expand, _unsafe_view):
 // transposed or otherwise strided operands go to the kernel by strides, never copied here.
 // Complex and bool inputs use the CPU fallback.
-#include "OpUtils.h"
-
 #include <ATen/Operators.h>
 #include <torch/library.h>
+
+#include "OpUtils.h"
 #include "kernels/copy.h"
 #include "kernels/gemm.h"
 
@@ -17,8 +17,8 @@ using kernels::GemmProblem;
 using kernels::TensorRef;
 
 bool native_dtype(at::ScalarType t) {
-  return is_float_dtype(t) || t == at::kByte || t == at::kChar || t == at::kShort || t == at::kInt ||
-         t == at::kLong;
+  return is_float_dtype(t) || t == at::kByte || t == at::kChar || t == at::kShort ||
+         t == at::kInt || t == at::kLong;
 }
 
 // A [batch, rows, cols] view of a 1-d, 2-d or 3-d operand, given as sizes and strides (a 1-d
@@ -27,14 +27,18 @@ struct Mat {
   const void* data;
   int64_t bs, rs, cs;
 };
-Mat mat3(const at::Tensor& t) { return {t.numel() ? t.data_ptr() : nullptr, t.stride(0), t.stride(1), t.stride(2)}; }
-Mat mat2(const at::Tensor& t) { return {t.numel() ? t.data_ptr() : nullptr, 0, t.stride(0), t.stride(1)}; }
+Mat mat3(const at::Tensor& t) {
+  return {t.numel() ? t.data_ptr() : nullptr, t.stride(0), t.stride(1), t.stride(2)};
+}
+Mat mat2(const at::Tensor& t) {
+  return {t.numel() ? t.data_ptr() : nullptr, 0, t.stride(0), t.stride(1)};
+}
 Mat column(const at::Tensor& t) { return {t.numel() ? t.data_ptr() : nullptr, 0, t.stride(0), 1}; }
 Mat row(const at::Tensor& t) { return {t.numel() ? t.data_ptr() : nullptr, 0, 1, t.stride(0)}; }
 Mat scalar(const at::Tensor& t) { return {t.numel() ? t.data_ptr() : nullptr, 0, 1, 1}; }
 
-GemmProblem problem(int64_t batch, int64_t m, int64_t n, int64_t k, const Mat& a, const Mat& b, at::ScalarType in,
-                    at::ScalarType out, double alpha, double beta) {
+GemmProblem problem(int64_t batch, int64_t m, int64_t n, int64_t k, const Mat& a, const Mat& b,
+                    at::ScalarType in, at::ScalarType out, double alpha, double beta) {
   GemmProblem p;
   p.batch = batch;
   p.m = m;
@@ -59,8 +63,8 @@ GemmProblem problem(int64_t batch, int64_t m, int64_t n, int64_t k, const Mat& a
 // with `out_mat(out)` describing where C lives. When `out` shares memory with an operand the
 // product goes to a temporary first. A bias that is `out` itself is used in place.
 template <typename OutMat>
-void queue_product(const char* name, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                   const at::Tensor& bias, GemmProblem p, OutMat out_mat) {
+void queue_product(const char* name, const at::Tensor& out, const at::Tensor& a,
+                   const at::Tensor& b, const at::Tensor& bias, GemmProblem p, OutMat out_mat) {
   if (out.numel() == 0) return;
   const bool via_tmp = overlaps(out, a) || overlaps(out, b);
   at::Tensor target = via_tmp ? at::empty(out.sizes(), out.options()) : out;
@@ -94,14 +98,17 @@ void queue_product(const char* name, const at::Tensor& out, const at::Tensor& a,
 }
 
 void check_same_dtype(const char* op, const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": expected m1 and m2 to have the same dtype, but got: ",
-              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op,
+              ": expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(),
+              " != ", b.scalar_type());
 }
 
 // Result dtype of the `.dtype` overloads: the input dtype, or fp32 for 16-bit inputs.
 at::ScalarType checked_out_dtype(const char* op, at::ScalarType in, at::ScalarType out_dtype) {
-  TORCH_CHECK(out_dtype == in || (out_dtype == at::kFloat && (in == at::kBFloat16 || in == at::kHalf)), op,
-              ": out_dtype must be the input dtype, or float32 for 16-bit inputs (got ", in, " -> ", out_dtype, ")");
+  TORCH_CHECK(
+      out_dtype == in || (out_dtype == at::kFloat && (in == at::kBFloat16 || in == at::kHalf)), op,
+      ": out_dtype must be the input dtype, or float32 for 16-bit inputs (got ", in, " -> ",
+      out_dtype, ")");
   return out_dtype;
 }
 
@@ -110,20 +117,21 @@ at::ScalarType checked_out_dtype(const char* op, at::ScalarType in, at::ScalarTy
 void check_mm(const char* op, const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 2, op, ": self must be a matrix");
   TORCH_CHECK(b.dim() == 2, op, ": mat2 must be a matrix");
-  TORCH_CHECK(a.size(1) == b.size(0), op, ": mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1),
-              " and ", b.size(0), "x", b.size(1), ")");
+  TORCH_CHECK(a.size(1) == b.size(0), op, ": mat1 and mat2 shapes cannot be multiplied (",
+              a.size(0), "x", a.size(1), " and ", b.size(0), "x", b.size(1), ")");
   check_same_dtype(op, a, b);
   check_device(op, a.device(), {&a, &b});
 }
 
-void addmm_into(const char* name, const at::Tensor& out, const at::Tensor& bias, const at::Tensor& a,
-                const at::Tensor& b, double beta, double alpha) {
-  GemmProblem p = problem(1, a.size(0), b.size(1), a.size(1), mat2(a), mat2(b), a.scalar_type(), out.scalar_type(),
-                          alpha, beta);
+void addmm_into(const char* name, const at::Tensor& out, const at::Tensor& bias,
+                const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
+  GemmProblem p = problem(1, a.size(0), b.size(1), a.size(1), mat2(a), mat2(b), a.scalar_type(),
+                          out.scalar_type(), alpha, beta);
   queue_product(name, out, a, b, bias, p, mat2);
 }
 
-at::Tensor& mm_out_dtype(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType out_dtype, at::Tensor& out) {
+at::Tensor& mm_out_dtype(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType out_dtype,
+                         at::Tensor& out) {
   check_mm("mm", self, mat2_);
   prepare_out("mm", out, {self.size(0), mat2_.size(1)}, out_dtype, self.device());
   addmm_into("aten::mm", out, at::Tensor(), self, mat2_, 0.0, 1.0);
@@ -152,21 +160,25 @@ at::Tensor mm_dtype(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarT
   return mm_out_dtype(self, mat2_, dt, out);
 }
 
-at::Tensor& mm_dtype_out(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType out_dtype, at::Tensor& out) {
+at::Tensor& mm_dtype_out(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType out_dtype,
+                         at::Tensor& out) {
   NEURON_TRACK_OP("aten::mm.dtype_out");
   return mm_out_dtype(self, mat2_, checked_out_dtype("mm", self.scalar_type(), out_dtype), out);
 }
 
-void check_bias(const char* op, const at::Tensor& bias, const at::Tensor& ref, c10::IntArrayRef out_sizes) {
-  TORCH_CHECK(bias.scalar_type() == ref.scalar_type(), op, ": self and mat2 must have the same dtype, but got ",
-              bias.scalar_type(), " and ", ref.scalar_type());
+void check_bias(const char* op, const at::Tensor& bias, const at::Tensor& ref,
+                c10::IntArrayRef out_sizes) {
+  TORCH_CHECK(bias.scalar_type() == ref.scalar_type(), op,
+              ": self and mat2 must have the same dtype, but got ", bias.scalar_type(), " and ",
+              ref.scalar_type());
   check_device(op, ref.device(), {&bias});
-  TORCH_CHECK(at::is_expandable_to(bias.sizes(), out_sizes), op, ": the size of self ", bias.sizes(),
-              " cannot be broadcast to the result size ", out_sizes);
+  TORCH_CHECK(at::is_expandable_to(bias.sizes(), out_sizes), op, ": the size of self ",
+              bias.sizes(), " cannot be broadcast to the result size ", out_sizes);
 }
 
-at::Tensor& addmm_out_impl(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const c10::Scalar& beta,
-                           const c10::Scalar& alpha, at::ScalarType out_dtype, at::Tensor& out, const char* name) {
+at::Tensor& addmm_out_impl(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                           const c10::Scalar& beta, const c10::Scalar& alpha,
+                           at::ScalarType out_dtype, at::Tensor& out, const char* name) {
   check_mm("addmm", m1, m2);
   const std::vector<int64_t> sizes{m1.size(0), m2.size(1)};
   check_bias("addmm", self, m1, sizes);
@@ -175,33 +187,38 @@ at::Tensor& addmm_out_impl(const at::Tensor& self, const at::Tensor& m1, const a
   return out;
 }
 
-at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const c10::Scalar& beta,
-                 const c10::Scalar& alpha) {
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                 const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addmm");
-  if (!native_dtype(m1.scalar_type())) return NEURON_CPU_FALLBACK0(addmm, self, m1, m2, beta, alpha);
+  if (!native_dtype(m1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addmm, self, m1, m2, beta, alpha);
   at::Tensor out = at::empty({0}, m1.options());
   return addmm_out_impl(self, m1, m2, beta, alpha, m1.scalar_type(), out, "aten::addmm");
 }
 
-at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const c10::Scalar& beta,
-                      const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                      const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::addmm.out");
-  if (!native_dtype(m1.scalar_type())) return NEURON_CPU_FALLBACK(addmm, out, self, m1, m2, beta, alpha, out);
+  if (!native_dtype(m1.scalar_type()))
+    return NEURON_CPU_FALLBACK(addmm, out, self, m1, m2, beta, alpha, out);
   return addmm_out_impl(self, m1, m2, beta, alpha, m1.scalar_type(), out, "aten::addmm.out");
 }
 
-at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const c10::Scalar& beta,
-                   const c10::Scalar& alpha) {
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                   const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addmm_");
-  if (!native_dtype(m1.scalar_type())) return NEURON_CPU_FALLBACK0(addmm_, self, m1, m2, beta, alpha);
+  if (!native_dtype(m1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addmm_, self, m1, m2, beta, alpha);
   check_mm("addmm_", m1, m2);
   TORCH_CHECK(self.dim() == 2 && self.size(0) == m1.size(0) && self.size(1) == m2.size(1),
-              "addmm_: self must have shape [", m1.size(0), ", ", m2.size(1), "], got ", self.sizes());
+              "addmm_: self must have shape [", m1.size(0), ", ", m2.size(1), "], got ",
+              self.sizes());
   return addmm_out_impl(self, m1, m2, beta, alpha, m1.scalar_type(), self, "aten::addmm_");
 }
 
-at::Tensor addmm_dtype(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, at::ScalarType out_dtype,
-                       const c10::Scalar& beta, const c10::Scalar& alpha) {
+at::Tensor addmm_dtype(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
+                       at::ScalarType out_dtype, const c10::Scalar& beta,
+                       const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addmm.dtype");
   const auto dt = checked_out_dtype("addmm", m1.scalar_type(), out_dtype);
   at::Tensor out = at::empty({0}, m1.options().dtype(dt));
@@ -219,23 +236,25 @@ at::Tensor addmm_dtype(const at::Tensor& self, const at::Tensor& m1, const at::T
 void check_bmm(const char* op, const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 3, op, ": batch1 must be a 3D tensor");
   TORCH_CHECK(b.dim() == 3, op, ": batch2 must be a 3D tensor");
-  TORCH_CHECK(a.size(0) == b.size(0), op, ": batch1 and batch2 must have same number of batches, got ", a.size(0),
-              " and ", b.size(0));
-  TORCH_CHECK(a.size(2) == b.size(1), op, ": Expected size for first two dimensions of batch2 tensor to be: [",
-              a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  TORCH_CHECK(a.size(0) == b.size(0), op,
+              ": batch1 and batch2 must have same number of batches, got ", a.size(0), " and ",
+              b.size(0));
+  TORCH_CHECK(a.size(2) == b.size(1), op,
+              ": Expected size for first two dimensions of batch2 tensor to be: [", a.size(0), ", ",
+              a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
   check_same_dtype(op, a, b);
   check_device(op, a.device(), {&a, &b});
 }
 
-void baddbmm_into(const char* name, const at::Tensor& out, const at::Tensor& bias, const at::Tensor& a,
-                  const at::Tensor& b, double beta, double alpha) {
-  GemmProblem p = problem(a.size(0), a.size(1), b.size(2), a.size(2), mat3(a), mat3(b), a.scalar_type(),
-                          out.scalar_type(), alpha, beta);
+void baddbmm_into(const char* name, const at::Tensor& out, const at::Tensor& bias,
+                  const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
+  GemmProblem p = problem(a.size(0), a.size(1), b.size(2), a.size(2), mat3(a), mat3(b),
+                          a.scalar_type(), out.scalar_type(), alpha, beta);
   queue_product(name, out, a, b, bias, p, mat3);
 }
 
-at::Tensor& bmm_out_dtype(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType dt, at::Tensor& out,
-                          const char* name) {
+at::Tensor& bmm_out_dtype(const at::Tensor& self, const at::Tensor& mat2_, at::ScalarType dt,
+                          at::Tensor& out, const char* name) {
   check_bmm("bmm", self, mat2_);
   prepare_out("bmm", out, {self.size(0), self.size(1), mat2_.size(2)}, dt, self.device());
   baddbmm_into(name, out, at::Tensor(), self, mat2_, 0.0, 1.0);
@@ -270,7 +289,8 @@ at::Tensor& bmm_dtype_out(const at::Tensor& self, const at::Tensor& mat2_, at::S
 }
 
 at::Tensor& baddbmm_out_impl(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
-                             const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out, const char* name) {
+                             const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out,
+                             const char* name) {
   check_bmm("baddbmm", b1, b2);
   const std::vector<int64_t> sizes{b1.size(0), b1.size(1), b2.size(2)};
   check_bias("baddbmm", self, b1, sizes);
@@ -279,30 +299,33 @@ at::Tensor& baddbmm_out_impl(const at::Tensor& self, const at::Tensor& b1, const
   return out;
 }
 
-at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                   const c10::Scalar& alpha) {
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                   const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::baddbmm");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK0(baddbmm, self, b1, b2, beta, alpha);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(baddbmm, self, b1, b2, beta, alpha);
   at::Tensor out = at::empty({0}, b1.options());
   return baddbmm_out_impl(self, b1, b2, beta, alpha, out, "aten::baddbmm");
 }
 
-at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                        const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                        const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::baddbmm.out");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK(baddbmm, out, self, b1, b2, beta, alpha, out);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK(baddbmm, out, self, b1, b2, beta, alpha, out);
   return baddbmm_out_impl(self, b1, b2, beta, alpha, out, "aten::baddbmm.out");
 }
 
-at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                     const c10::Scalar& alpha) {
+at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                     const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::baddbmm_");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK0(baddbmm_, self, b1, b2, beta, alpha);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(baddbmm_, self, b1, b2, beta, alpha);
   check_bmm("baddbmm_", b1, b2);
   TORCH_CHECK(self.dim() == 3 && self.size(0) == b1.size(0) && self.size(1) == b1.size(1) &&
                   self.size(2) == b2.size(2),
-              "baddbmm_: self must have shape [", b1.size(0), ", ", b1.size(1), ", ", b2.size(2), "], got ",
-              self.sizes());
+              "baddbmm_: self must have shape [", b1.size(0), ", ", b1.size(1), ", ", b2.size(2),
+              "], got ", self.sizes());
   return baddbmm_out_impl(self, b1, b2, beta, alpha, self, "aten::baddbmm_");
 }
 
@@ -323,8 +346,8 @@ at::Tensor& addbmm_out_impl(const at::Tensor& self, const at::Tensor& b1, const 
   const bool copy_bias = beta != 0.0 && !(self.is_same(out) && !via_tmp);
   const TensorRef bias_src = copy_bias ? make_ref(self.expand(out.sizes())) : TensorRef();
   const TensorRef target_ref = make_ref(target), out_ref = make_ref(out);
-  GemmProblem p = problem(1, b1.size(1), b2.size(2), b1.size(2), mat2(b1.select(0, 0)), mat2(b2.select(0, 0)),
-                          b1.scalar_type(), out.scalar_type(), alpha, beta);
+  GemmProblem p = problem(1, b1.size(1), b2.size(2), b1.size(2), mat2(b1.select(0, 0)),
+                          mat2(b2.select(0, 0)), b1.scalar_type(), out.scalar_type(), alpha, beta);
   p.c = target_ref.data;
   p.c_rs = target.stride(0);
   p.c_cs = target.stride(1);
@@ -347,25 +370,28 @@ at::Tensor& addbmm_out_impl(const at::Tensor& self, const at::Tensor& b1, const 
   return out;
 }
 
-at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                  const c10::Scalar& alpha) {
+at::Tensor addbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                  const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addbmm");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK0(addbmm, self, b1, b2, beta, alpha);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addbmm, self, b1, b2, beta, alpha);
   at::Tensor out = at::empty({0}, b1.options());
   return addbmm_out_impl(self, b1, b2, beta, alpha, out, "aten::addbmm");
 }
 
-at::Tensor& addbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                       const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& addbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                       const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::addbmm.out");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK(addbmm, out, self, b1, b2, beta, alpha, out);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK(addbmm, out, self, b1, b2, beta, alpha, out);
   return addbmm_out_impl(self, b1, b2, beta, alpha, out, "aten::addbmm.out");
 }
 
-at::Tensor& addbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
-                    const c10::Scalar& alpha) {
+at::Tensor& addbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2,
+                    const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addbmm_");
-  if (!native_dtype(b1.scalar_type())) return NEURON_CPU_FALLBACK0(addbmm_, self, b1, b2, beta, alpha);
+  if (!native_dtype(b1.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addbmm_, self, b1, b2, beta, alpha);
   TORCH_CHECK(self.dim() == 2 && b1.dim() == 3 && b2.dim() == 3 && self.size(0) == b1.size(1) &&
                   self.size(1) == b2.size(2),
               "addbmm_: self must have shape [batch1.size(1), batch2.size(2)], got ", self.sizes());
@@ -375,24 +401,26 @@ at::Tensor& addbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2
 // ---- mv / addmv / dot / vdot / addr ----
 
 void check_mv(const char* op, const at::Tensor& mat, const at::Tensor& vec) {
-  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, op, ": vector + matrix @ vector expected, got ", mat.dim(), ", ",
-              vec.dim());
-  TORCH_CHECK(mat.size(1) == vec.size(0), op, ": size mismatch, got input (", mat.size(0), "), mat (", mat.size(0),
-              "x", mat.size(1), "), vec (", vec.size(0), ")");
-  TORCH_CHECK(mat.scalar_type() == vec.scalar_type(), op, ": expected mat and vec to have the same dtype, but got: ",
-              mat.scalar_type(), " != ", vec.scalar_type());
+  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, op, ": vector + matrix @ vector expected, got ",
+              mat.dim(), ", ", vec.dim());
+  TORCH_CHECK(mat.size(1) == vec.size(0), op, ": size mismatch, got input (", mat.size(0),
+              "), mat (", mat.size(0), "x", mat.size(1), "), vec (", vec.size(0), ")");
+  TORCH_CHECK(mat.scalar_type() == vec.scalar_type(), op,
+              ": expected mat and vec to have the same dtype, but got: ", mat.scalar_type(),
+              " != ", vec.scalar_type());
   check_device(op, mat.device(), {&mat, &vec});
 }
 
-void addmv_into(const char* name, const at::Tensor& out, const at::Tensor& bias, const at::Tensor& mat,
-                const at::Tensor& vec, double beta, double alpha) {
+void addmv_into(const char* name, const at::Tensor& out, const at::Tensor& bias,
+                const at::Tensor& mat, const at::Tensor& vec, double beta, double alpha) {
   GemmProblem p = problem(1, mat.size(0), 1, mat.size(1), mat2(mat), column(vec), mat.scalar_type(),
                           out.scalar_type(), alpha, beta);
   queue_product(name, out, mat, vec, bias, p, column);
 }
 
 at::Tensor& addmv_out_impl(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
-                           const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out, const char* name) {
+                           const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out,
+                           const char* name) {
   check_mv("addmv", mat, vec);
   const std::vector<int64_t> sizes{mat.size(0)};
   check_bias("addmv", self, mat, sizes);
@@ -419,43 +447,49 @@ at::Tensor& mv_out(const at::Tensor& self, const at::Tensor& vec, at::Tensor& ou
   return out;
 }
 
-at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
-                 const c10::Scalar& alpha) {
+at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                 const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addmv");
-  if (!native_dtype(mat.scalar_type())) return NEURON_CPU_FALLBACK0(addmv, self, mat, vec, beta, alpha);
+  if (!native_dtype(mat.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addmv, self, mat, vec, beta, alpha);
   at::Tensor out = at::empty({0}, mat.options());
   return addmv_out_impl(self, mat, vec, beta, alpha, out, "aten::addmv");
 }
 
-at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
-                      const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                      const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::addmv.out");
-  if (!native_dtype(mat.scalar_type())) return NEURON_CPU_FALLBACK(addmv, out, self, mat, vec, beta, alpha, out);
+  if (!native_dtype(mat.scalar_type()))
+    return NEURON_CPU_FALLBACK(addmv, out, self, mat, vec, beta, alpha, out);
   return addmv_out_impl(self, mat, vec, beta, alpha, out, "aten::addmv.out");
 }
 
-at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
-                   const c10::Scalar& alpha) {
+at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                   const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addmv_");
-  if (!native_dtype(mat.scalar_type())) return NEURON_CPU_FALLBACK0(addmv_, self, mat, vec, beta, alpha);
-  TORCH_CHECK(self.dim() == 1 && mat.dim() == 2 && self.size(0) == mat.size(0), "addmv_: self must have shape [",
-              mat.size(0), "], got ", self.sizes());
+  if (!native_dtype(mat.scalar_type()))
+    return NEURON_CPU_FALLBACK0(addmv_, self, mat, vec, beta, alpha);
+  TORCH_CHECK(self.dim() == 1 && mat.dim() == 2 && self.size(0) == mat.size(0),
+              "addmv_: self must have shape [", mat.size(0), "], got ", self.sizes());
   return addmv_out_impl(self, mat, vec, beta, alpha, self, "aten::addmv_");
 }
 
 void check_dot(const char* op, const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, op, ": 1D tensors expected, but got ", a.dim(), "D and ", b.dim(),
-              "D tensors");
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, op, ": 1D tensors expected, but got ", a.dim(),
+              "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op,
-              ": expected both vectors to have same dtype, but found ", a.scalar_type(), " and ", b.scalar_type());
-  TORCH_CHECK(a.numel() == b.numel(), op, ": inconsistent tensor size, expected tensor [", a.numel(),
-              "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ",
-              b.numel(), " elements respectively");
+              ": expected both vectors to have same dtype, but found ", a.scalar_type(), " and ",
+              b.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel(), op, ": inconsistent tensor size, expected tensor [",
+              a.numel(), "] and src [", b.numel(),
+              "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
+              " elements respectively");
   check_device(op, a.device(), {&a, &b});
 }
 
 void dot_into(const char* name, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-  GemmProblem p = problem(1, 1, 1, a.size(0), row(a), column(b), a.scalar_type(), out.scalar_type(), 1.0, 0.0);
+  GemmProblem p =
+      problem(1, 1, 1, a.size(0), row(a), column(b), a.scalar_type(), out.scalar_type(), 1.0, 0.0);
   queue_product(name, out, a, b, at::Tensor(), p, scalar);
 }
 
@@ -497,34 +531,38 @@ at::Tensor& vdot_out(const at::Tensor& self, const at::Tensor& other, at::Tensor
 }
 
 // addr: out = beta * self + alpha * outer(vec1, vec2), a product with k = 1.
-at::Tensor& addr_out_impl(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2, const c10::Scalar& beta,
-                          const c10::Scalar& alpha, at::Tensor& out, const char* name) {
-  TORCH_CHECK(v1.dim() == 1 && v2.dim() == 1, "addr: expected 1-D arguments vec1 and vec2, but got ", v1.dim(),
-              "-D and ", v2.dim(), "-D");
-  TORCH_CHECK(v1.scalar_type() == v2.scalar_type(), "addr: expected vec1 and vec2 to have the same dtype, got ",
-              v1.scalar_type(), " and ", v2.scalar_type());
+at::Tensor& addr_out_impl(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2,
+                          const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out,
+                          const char* name) {
+  TORCH_CHECK(v1.dim() == 1 && v2.dim() == 1,
+              "addr: expected 1-D arguments vec1 and vec2, but got ", v1.dim(), "-D and ", v2.dim(),
+              "-D");
+  TORCH_CHECK(v1.scalar_type() == v2.scalar_type(),
+              "addr: expected vec1 and vec2 to have the same dtype, got ", v1.scalar_type(),
+              " and ", v2.scalar_type());
   check_device("addr", v1.device(), {&v1, &v2});
   const std::vector<int64_t> sizes{v1.size(0), v2.size(0)};
   check_bias("addr", self, v1, sizes);
   if (!self.is_same(out)) prepare_out("addr", out, sizes, v1.scalar_type(), v1.device());
-  GemmProblem p = problem(1, v1.size(0), v2.size(0), 1, column(v1), row(v2), v1.scalar_type(), out.scalar_type(),
-                          alpha.toDouble(), beta.toDouble());
+  GemmProblem p = problem(1, v1.size(0), v2.size(0), 1, column(v1), row(v2), v1.scalar_type(),
+                          out.scalar_type(), alpha.toDouble(), beta.toDouble());
   queue_product(name, out, v1, v2, self, p, mat2);
   return out;
 }
 
-at::Tensor addr(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2, const c10::Scalar& beta,
-                const c10::Scalar& alpha) {
+at::Tensor addr(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2,
+                const c10::Scalar& beta, const c10::Scalar& alpha) {
   NEURON_TRACK_OP("aten::addr");
   if (!native_dtype(v1.scalar_type())) return NEURON_CPU_FALLBACK0(addr, self, v1, v2, beta, alpha);
   at::Tensor out = at::empty({0}, v1.options());
   return addr_out_impl(self, v1, v2, beta, alpha, out, "aten::addr");
 }
 
-at::Tensor& addr_out(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2, const c10::Scalar& beta,
-                     const c10::Scalar& alpha, at::Tensor& out) {
+at::Tensor& addr_out(const at::Tensor& self, const at::Tensor& v1, const at::Tensor& v2,
+                     const c10::Scalar& beta, const c10::Scalar& alpha, at::Tensor& out) {
   NEURON_TRACK_OP("aten::addr.out");
-  if (!native_dtype(v1.scalar_type())) return NEURON_CPU_FALLBACK(addr, out, self, v1, v2, beta, alpha, out);
+  if (!native_dtype(v1.scalar_type()))
+    return NEURON_CPU_FALLBACK(addr, out, self, v1, v2, beta, alpha, out);
   return addr_out_impl(self, v1, v2, beta, alpha, out, "aten::addr.out");
 }
 

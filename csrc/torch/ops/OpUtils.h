@@ -20,18 +20,21 @@ namespace neuron::torch_glue {
 void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // Runs `op.overload` through the CPU fallback with the given arguments.
-#define NEURON_CPU_FALLBACK(op, overload, ...) \
-  ::at::native::call_fallback_fn<&::neuron::torch_glue::neuron_cpu_fallback, ATEN_OP2(op, overload)>::call(__VA_ARGS__)
-#define NEURON_CPU_FALLBACK0(op, ...) \
-  ::at::native::call_fallback_fn<&::neuron::torch_glue::neuron_cpu_fallback, ATEN_OP(op)>::call(__VA_ARGS__)
+#define NEURON_CPU_FALLBACK(op, overload, ...)                               \
+  ::at::native::call_fallback_fn<&::neuron::torch_glue::neuron_cpu_fallback, \
+                                 ATEN_OP2(op, overload)>::call(__VA_ARGS__)
+#define NEURON_CPU_FALLBACK0(op, ...)                                                            \
+  ::at::native::call_fallback_fn<&::neuron::torch_glue::neuron_cpu_fallback, ATEN_OP(op)>::call( \
+      __VA_ARGS__)
 
 // Every defined tensor of `ts` must live on `device` (a neuron device).
-inline void check_device(const char* op, const c10::Device& device, std::initializer_list<const at::Tensor*> ts) {
+inline void check_device(const char* op, const c10::Device& device,
+                         std::initializer_list<const at::Tensor*> ts) {
   for (const at::Tensor* t : ts) {
     if (!t || !t->defined()) continue;
     TORCH_CHECK(t->device() == device, op,
-                ": expected all tensors to be on the same device, but found at least two devices, ", device,
-                " and ", t->device(), "!");
+                ": expected all tensors to be on the same device, but found at least two devices, ",
+                device, " and ", t->device(), "!");
   }
 }
 
@@ -45,11 +48,12 @@ inline at::Tensor to_device(const at::Tensor& t, const c10::Device& device) {
 
 // Prepares an out= argument: checks device and dtype, resizes it like ATen (warning when a
 // non-empty tensor of another shape is resized).
-inline void prepare_out(const char* op, const at::Tensor& out, c10::IntArrayRef sizes, at::ScalarType dtype,
-                        const c10::Device& device) {
-  TORCH_CHECK(out.device() == device, op, ": expected out tensor on ", device, " but got ", out.device());
-  TORCH_CHECK(out.scalar_type() == dtype, op, ": expected out tensor to have dtype ", dtype, ", but got ",
-              out.scalar_type(), " instead");
+inline void prepare_out(const char* op, const at::Tensor& out, c10::IntArrayRef sizes,
+                        at::ScalarType dtype, const c10::Device& device) {
+  TORCH_CHECK(out.device() == device, op, ": expected out tensor on ", device, " but got ",
+              out.device());
+  TORCH_CHECK(out.scalar_type() == dtype, op, ": expected out tensor to have dtype ", dtype,
+              ", but got ", out.scalar_type(), " instead");
   at::native::resize_output(out, sizes);
 }
 

@@ -1,7 +1,7 @@
 // Data movement and factories: cat (stack reaches it), flip, roll, tril/triu, unfold (the view
 // under repeat), arange, linspace and eye. Copies between views run the strided copy kernel:
 // flip reads through negative strides, roll and cat copy blocks, all inside one queued task.
-#include "OpUtils.h"
+#include "kernels/shape.h"
 
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/TypeProperties.h>
@@ -10,8 +10,8 @@
 
 #include <cmath>
 
+#include "OpUtils.h"
 #include "kernels/copy.h"
-#include "kernels/shape.h"
 
 namespace neuron::torch_glue {
 namespace {
@@ -29,9 +29,12 @@ void queue_copies(const at::Tensor& on, const char* name, CopyList copies) {
 
 // ---- cat ----
 
-bool skipped_in_cat(const at::Tensor& t) { return t.dim() == 1 && t.numel() == 0; }  // legacy [0] tensors
+bool skipped_in_cat(const at::Tensor& t) {
+  return t.dim() == 1 && t.numel() == 0;
+}  // legacy [0] tensors
 
-at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at::Tensor& out, bool resize) {
+at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at::Tensor& out,
+                         bool resize) {
   const std::vector<at::Tensor> tensors(tensors_ref.begin(), tensors_ref.end());
   TORCH_CHECK(!tensors.empty(), "torch.cat(): expected a non-empty list of Tensors");
   const at::Tensor* ref = nullptr;
@@ -48,29 +51,34 @@ at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at:
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     if (skipped_in_cat(t) && t.dim() != ref->dim()) continue;
-    TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ", ref->dim(), " and ",
-                t.dim());
+    TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ",
+                ref->dim(), " and ", t.dim());
     for (int64_t k = 0; k < t.dim(); ++k) {
       if (k == d) continue;
-      TORCH_CHECK(t.size(k) == sizes[static_cast<size_t>(k)], "Sizes of tensors must match except in dimension ", d,
-                  ". Expected size ", sizes[static_cast<size_t>(k)], " but got size ", t.size(k),
-                  " for tensor number ", i, " in the list.");
+      TORCH_CHECK(t.size(k) == sizes[static_cast<size_t>(k)],
+                  "Sizes of tensors must match except in dimension ", d, ". Expected size ",
+                  sizes[static_cast<size_t>(k)], " but got size ", t.size(k), " for tensor number ",
+                  i, " in the list.");
     }
-    TORCH_CHECK(t.device() == out.device(), "Expected all tensors to be on the same device, but found at least two "
-                                            "devices, ", out.device(), " and ", t.device(), "!");
+    TORCH_CHECK(t.device() == out.device(),
+                "Expected all tensors to be on the same device, but found at least two "
+                "devices, ",
+                out.device(), " and ", t.device(), "!");
     total += t.size(d);
   }
   sizes[static_cast<size_t>(d)] = total;
   if (resize) at::native::resize_output(out, sizes);
   for (const auto& t : tensors)
-    TORCH_CHECK(!overlaps(out, t), "torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
-                                   "output memory locations.");
+    TORCH_CHECK(!overlaps(out, t),
+                "torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
+                "output memory locations.");
   CopyList copies;
   int64_t offset = 0;
   for (const auto& t : tensors) {
     if (skipped_in_cat(t) && t.dim() != ref->dim()) continue;
     const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0) copies.emplace_back(make_ref(out.narrow(d, offset, n)), make_ref(t));
+    if (n > 0 && t.numel() > 0)
+      copies.emplace_back(make_ref(out.narrow(d, offset, n)), make_ref(t));
     offset += n;
   }
   queue_copies(out, "aten::cat", std::move(copies));
@@ -105,7 +113,8 @@ at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
   const int64_t esz = static_cast<int64_t>(self.element_size());
   for (int64_t d0 : dims) {
     const int64_t d = at::maybe_wrap_dim(d0, self.dim());
-    TORCH_CHECK(!seen[static_cast<size_t>(d)], "flip: dim ", d, " appears multiple times in the list of dims");
+    TORCH_CHECK(!seen[static_cast<size_t>(d)], "flip: dim ", d,
+                " appears multiple times in the list of dims");
     seen[static_cast<size_t>(d)] = true;
     src.data = static_cast<char*>(src.data) + (src.sizes[d] - 1) * src.strides[d] * esz;
     src.strides[d] = -src.strides[d];
@@ -118,11 +127,12 @@ at::Tensor roll(const at::Tensor& self, c10::SymIntArrayRef shifts_s, c10::IntAr
   NEURON_TRACK_OP("aten::roll");
   const auto shifts = C10_AS_INTARRAYREF_SLOW(shifts_s);
   if (dims.empty()) {
-    TORCH_CHECK(shifts.size() == 1, "roll: shifts must be a single value when dims is empty, got ", shifts.size());
+    TORCH_CHECK(shifts.size() == 1, "roll: shifts must be a single value when dims is empty, got ",
+                shifts.size());
     return roll(self.flatten(), shifts_s, {0}).view(self.sizes());
   }
-  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
-              ", dims:", dims.size());
+  TORCH_CHECK(shifts.size() == dims.size(),
+              "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
   at::Tensor out = at::empty(self.sizes(), self.options());
   if (self.numel() == 0) return out;
   // Net shift per dim (repeated dims compose).
@@ -166,7 +176,8 @@ at::Tensor roll(const at::Tensor& self, c10::SymIntArrayRef shifts_s, c10::IntAr
 
 template <bool Lower>
 at::Tensor& triangle_out_impl(const at::Tensor& self, int64_t diagonal, at::Tensor& out) {
-  TORCH_CHECK(self.dim() >= 2, Lower ? "tril" : "triu", ": input tensor must have at least 2 dimensions");
+  TORCH_CHECK(self.dim() >= 2, Lower ? "tril" : "triu",
+              ": input tensor must have at least 2 dimensions");
   if (!out.is_same(self)) {
     prepare_out(Lower ? "tril" : "triu", out, self.sizes(), self.scalar_type(), self.device());
     TORCH_CHECK(!overlaps(out, self), Lower ? "tril" : "triu", ": out must not overlap the input");
@@ -218,20 +229,23 @@ at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64
 
 // ---- factories ----
 
-at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step, at::Tensor& out) {
+at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step,
+                       at::Tensor& out) {
   NEURON_TRACK_OP("aten::arange.start_out");
   const bool integral = c10::isIntegralType(out.scalar_type(), /*includeBool=*/false);
   double size_d;
   if (integral) {
     const int64_t s = start.to<int64_t>(), e = end.to<int64_t>(), st = step.to<int64_t>();
     TORCH_CHECK(st != 0, "step must be nonzero");
-    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+                "upper bound and larger bound inconsistent with step sign");
     size_d = std::ceil(static_cast<double>(e - s) / static_cast<double>(st));
   } else {
     const double s = start.to<double>(), e = end.to<double>(), st = step.to<double>();
     TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
     TORCH_CHECK(st != 0, "step must be nonzero");
-    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "upper bound and larger bound inconsistent with step sign");
+    TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+                "upper bound and larger bound inconsistent with step sign");
     size_d = std::ceil((e - s) / st);
   }
   TORCH_CHECK(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<int64_t>::max()),
@@ -242,11 +256,13 @@ at::Tensor& arange_out(const c10::Scalar& start, const c10::Scalar& end, const c
   const TensorRef o = make_ref(out);
   const double s = start.to<double>(), st = step.to<double>();
   const int64_t is = integral ? start.to<int64_t>() : 0, ist = integral ? step.to<int64_t>() : 0;
-  launch_on(out, "aten::arange.start_out", [o, s, st, is, ist] { kernels::arange(o, s, st, is, ist); });
+  launch_on(out, "aten::arange.start_out",
+            [o, s, st, is, ist] { kernels::arange(o, s, st, is, ist); });
   return out;
 }
 
-at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, at::Tensor& out) {
+at::Tensor& linspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps,
+                         at::Tensor& out) {
   NEURON_TRACK_OP("aten::linspace.out");
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});

@@ -43,7 +43,8 @@ void run_case(const Case& c) {
   std::mt19937 g(6);
   for (auto& m : bmask) m = (g() % 4) != 0;
   if (c.Lq > 1)
-    for (int64_t j = 0; j < c.Lk; ++j) bmask[static_cast<size_t>(1 * c.Lk + j)] = 0;  // a fully masked row
+    for (int64_t j = 0; j < c.Lk; ++j)
+      bmask[static_cast<size_t>(1 * c.Lk + j)] = 0;  // a fully masked row
   AttentionArgs a;
   a.B = c.B;
   a.Hq = c.Hq;
@@ -103,15 +104,19 @@ void run_case(const Case& c) {
         double mx = -INFINITY;
         for (int64_t j = 0; j < c.Lk; ++j) {
           double d = 0;
-          for (int64_t e = 0; e < c.D; ++e) d += static_cast<double>(Q[i * c.D + e]) * K[j * c.D + e];
+          for (int64_t e = 0; e < c.D; ++e)
+            d += static_cast<double>(Q[i * c.D + e]) * K[j * c.D + e];
           d *= a.scale;
           if (c.mask == 2) d += fmask[static_cast<size_t>(i * c.Lk + j)];
-          if ((c.mask == 1 && !bmask[static_cast<size_t>(i * c.Lk + j)]) || (c.causal && j > i)) d = -INFINITY;
+          if ((c.mask == 1 && !bmask[static_cast<size_t>(i * c.Lk + j)]) || (c.causal && j > i))
+            d = -INFINITY;
           s[static_cast<size_t>(j)] = d;
           mx = std::max(mx, d);
         }
         double sum = 0;
-        for (int64_t j = 0; j < c.Lk; ++j) sum += (p[static_cast<size_t>(j)] = mx == -INFINITY ? 0 : std::exp(s[static_cast<size_t>(j)] - mx));
+        for (int64_t j = 0; j < c.Lk; ++j)
+          sum += (p[static_cast<size_t>(j)] =
+                      mx == -INFINITY ? 0 : std::exp(s[static_cast<size_t>(j)] - mx));
         for (auto& x : p) x = sum > 0 ? x / sum : 0;
         double delta = 0;
         for (int64_t e = 0; e < c.Dv; ++e) {
@@ -125,12 +130,14 @@ void run_case(const Case& c) {
           double dp = 0;
           for (int64_t e = 0; e < c.Dv; ++e) {
             dp += static_cast<double>(dO[i * c.Dv + e]) * V[j * c.Dv + e];
-            rdv[static_cast<size_t>(((b * c.Hkv + hk) * c.Lk + j) * c.Dv + e)] += p[static_cast<size_t>(j)] * dO[i * c.Dv + e];
+            rdv[static_cast<size_t>(((b * c.Hkv + hk) * c.Lk + j) * c.Dv + e)] +=
+                p[static_cast<size_t>(j)] * dO[i * c.Dv + e];
           }
           const double ds = p[static_cast<size_t>(j)] * (dp - delta) * a.scale;
           for (int64_t e = 0; e < c.D; ++e) {
             rdq[static_cast<size_t>(((b * c.Hq + h) * c.Lq + i) * c.D + e)] += ds * K[j * c.D + e];
-            rdk[static_cast<size_t>(((b * c.Hkv + hk) * c.Lk + j) * c.D + e)] += ds * Q[i * c.D + e];
+            rdk[static_cast<size_t>(((b * c.Hkv + hk) * c.Lk + j) * c.D + e)] +=
+                ds * Q[i * c.D + e];
           }
         }
       }

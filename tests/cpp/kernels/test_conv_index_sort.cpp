@@ -40,7 +40,8 @@ TensorRef dense(void* data, DType dt, std::vector<int64_t> sizes) {
 }
 
 // Direct 2-d convolution in double: out[n, co, oh, ow].
-std::vector<double> naive_conv2d(const ConvArgs& a, const std::vector<float>& x, const std::vector<float>& w) {
+std::vector<double> naive_conv2d(const ConvArgs& a, const std::vector<float>& x,
+                                 const std::vector<float>& w) {
   const int64_t G = a.groups, cig = a.Cin / G, cog = a.Cout / G;
   std::vector<double> out(static_cast<size_t>(a.N * a.Cout * a.out[0] * a.out[1]));
   for (int64_t n = 0; n < a.N; ++n)
@@ -55,7 +56,8 @@ std::vector<double> naive_conv2d(const ConvArgs& a, const std::vector<float>& x,
                 const int64_t ih = oh * a.stride[0] - a.pad[0] + kh * a.dil[0];
                 const int64_t iw = ow * a.stride[1] - a.pad[1] + kw * a.dil[1];
                 if (ih < 0 || ih >= a.in[0] || iw < 0 || iw >= a.in[1]) continue;
-                s += static_cast<double>(x[static_cast<size_t>(((n * a.Cin + gi * cig + ci) * a.in[0] + ih) * a.in[1] + iw)]) *
+                s += static_cast<double>(x[static_cast<size_t>(
+                         ((n * a.Cin + gi * cig + ci) * a.in[0] + ih) * a.in[1] + iw)]) *
                      w[static_cast<size_t>(((co * cig + ci) * a.k[0] + kh) * a.k[1] + kw)];
               }
           out[static_cast<size_t>(((n * a.Cout + co) * a.out[0] + oh) * a.out[1] + ow)] = s;
@@ -82,7 +84,8 @@ TEST(Conv, ForwardAndBackwardMatchDirectConvolution) {
   a.pad[1] = 1;
   a.dil[0] = 1;
   a.dil[1] = 2;
-  for (int i = 0; i < 2; ++i) a.out[i] = (a.in[i] + 2 * a.pad[i] - a.dil[i] * (a.k[i] - 1) - 1) / a.stride[i] + 1;
+  for (int i = 0; i < 2; ++i)
+    a.out[i] = (a.in[i] + 2 * a.pad[i] - a.dil[i] * (a.k[i] - 1) - 1) / a.stride[i] + 1;
   const auto x = random_vec(static_cast<size_t>(a.N * a.Cin * a.in[0] * a.in[1]), 1);
   const auto w = random_vec(static_cast<size_t>(a.Cout * (a.Cin / a.groups) * a.k[0] * a.k[1]), 2);
   std::vector<float> out(static_cast<size_t>(a.N * a.Cout * a.out[0] * a.out[1]));
@@ -114,7 +117,8 @@ TEST(Conv, ForwardAndBackwardMatchDirectConvolution) {
   for (int64_t c = 0; c < a.Cout; ++c) {
     double s = 0;
     for (int64_t n = 0; n < a.N; ++n)
-      for (int64_t p = 0; p < a.out[0] * a.out[1]; ++p) s += dy[static_cast<size_t>((n * a.Cout + c) * a.out[0] * a.out[1] + p)];
+      for (int64_t p = 0; p < a.out[0] * a.out[1]; ++p)
+        s += dy[static_cast<size_t>((n * a.Cout + c) * a.out[0] * a.out[1] + p)];
     ASSERT_NEAR(dbias[static_cast<size_t>(c)], s, 1e-4);
   }
 }
@@ -131,7 +135,8 @@ TEST(Conv, TransposedConvolutionIsTheAdjoint) {
   a.stride[0] = 2;
   a.pad[0] = 1;
   a.out[0] = (9 + 2 - 2 - 1) / 2 + 1;
-  const auto x = random_vec(static_cast<size_t>(2 * 3 * 9), 1), w = random_vec(static_cast<size_t>(4 * 3 * 3), 2);
+  const auto x = random_vec(static_cast<size_t>(2 * 3 * 9), 1),
+             w = random_vec(static_cast<size_t>(4 * 3 * 3), 2);
   const auto y = random_vec(static_cast<size_t>(2 * 4 * a.out[0]), 3);
   std::vector<float> cx(y.size()), ty(x.size());
   conv_forward(a, x.data(), w.data(), nullptr, cx.data());
@@ -191,20 +196,22 @@ TEST(Index, ScatterReduceMeanAndAmaxWithoutSelf) {
   std::vector<float> self{10, 20, 30}, src{1, 2, 3, 4};
   std::vector<int64_t> index{0, 0, 2, 0};
   auto t_self = dense(self.data(), DType::Float32, {3});
-  scatter(t_self, 0, dense(index.data(), DType::Int64, {4}), dense(src.data(), DType::Float32, {4}), nullptr,
-          ScatterReduce::Mean, true, "scatter_reduce");
+  scatter(t_self, 0, dense(index.data(), DType::Int64, {4}), dense(src.data(), DType::Float32, {4}),
+          nullptr, ScatterReduce::Mean, true, "scatter_reduce");
   EXPECT_FLOAT_EQ(self[0], (10 + 1 + 2 + 4) / 4.0f);
   EXPECT_FLOAT_EQ(self[1], 20);
   EXPECT_FLOAT_EQ(self[2], (30 + 3) / 2.0f);
   std::vector<float> self2{10, 20, 30};
   scatter(dense(self2.data(), DType::Float32, {3}), 0, dense(index.data(), DType::Int64, {4}),
-          dense(src.data(), DType::Float32, {4}), nullptr, ScatterReduce::Amax, false, "scatter_reduce");
-  EXPECT_FLOAT_EQ(self2[0], 4);  // self's 10 is ignored
+          dense(src.data(), DType::Float32, {4}), nullptr, ScatterReduce::Amax, false,
+          "scatter_reduce");
+  EXPECT_FLOAT_EQ(self2[0], 4);   // self's 10 is ignored
   EXPECT_FLOAT_EQ(self2[1], 20);  // untouched
   EXPECT_FLOAT_EQ(self2[2], 3);
   std::vector<int32_t> bad{0, 5};
-  EXPECT_THROW(scatter(dense(self2.data(), DType::Float32, {3}), 0, dense(bad.data(), DType::Int32, {2}),
-                       dense(src.data(), DType::Float32, {2}), nullptr, ScatterReduce::Sum, true, "scatter_add"),
+  EXPECT_THROW(scatter(dense(self2.data(), DType::Float32, {3}), 0,
+                       dense(bad.data(), DType::Int32, {2}), dense(src.data(), DType::Float32, {2}),
+                       nullptr, ScatterReduce::Sum, true, "scatter_add"),
                std::out_of_range);
 }
 
@@ -213,11 +220,12 @@ TEST(Index, EmbeddingBackwardSumsInIndexOrderAndSkipsPadding) {
   std::vector<float> grad{1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4};
   std::vector<int32_t> idx{1, 3, 1, 0};
   std::vector<float> gw(static_cast<size_t>(V * D), -1.0f);
-  embedding_backward(dense(gw.data(), DType::Float32, {V, D}), dense(grad.data(), DType::Float32, {4, D}),
+  embedding_backward(dense(gw.data(), DType::Float32, {V, D}),
+                     dense(grad.data(), DType::Float32, {4, D}),
                      dense(idx.data(), DType::Int32, {4}), /*padding_idx=*/0, /*scale=*/true);
   EXPECT_FLOAT_EQ(gw[1 * 3], (1 + 3) / 2.0f);  // row 1: two uses, scaled by their count
   EXPECT_FLOAT_EQ(gw[3 * 3], 2.0f);
-  EXPECT_FLOAT_EQ(gw[0], 0.0f);  // padding row
+  EXPECT_FLOAT_EQ(gw[0], 0.0f);      // padding row
   EXPECT_FLOAT_EQ(gw[2 * 3], 0.0f);  // unused row
 }
 
@@ -235,7 +243,8 @@ TEST(Index, NonzeroAndMaskedSelectAcrossBlocks) {
   std::vector<int64_t> coords(static_cast<size_t>(count));
   nonzero(dense(coords.data(), DType::Int64, {count, 1}), tm);
   std::vector<float> sel(static_cast<size_t>(count));
-  masked_select(dense(sel.data(), DType::Float32, {count}), dense(x.data(), DType::Float32, {n}), tm);
+  masked_select(dense(sel.data(), DType::Float32, {count}), dense(x.data(), DType::Float32, {n}),
+                tm);
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_EQ(coords[static_cast<size_t>(i)], 7 * i + 3);
     ASSERT_EQ(sel[static_cast<size_t>(i)], static_cast<float>(7 * i + 3));
@@ -246,18 +255,18 @@ TEST(Sort, StableWithNaNsLastAndTopk) {
   std::vector<float> x{3, NAN, 1, 3, 0, 1};
   std::vector<float> v(6);
   std::vector<int64_t> i(6);
-  sort(dense(v.data(), DType::Float32, {6}), dense(i.data(), DType::Int64, {6}), dense(x.data(), DType::Float32, {6}), 0,
-       false);
+  sort(dense(v.data(), DType::Float32, {6}), dense(i.data(), DType::Int64, {6}),
+       dense(x.data(), DType::Float32, {6}), 0, false);
   EXPECT_EQ(i, (std::vector<int64_t>{4, 2, 5, 0, 3, 1}));
   EXPECT_TRUE(std::isnan(v[5]));
-  sort(dense(v.data(), DType::Float32, {6}), dense(i.data(), DType::Int64, {6}), dense(x.data(), DType::Float32, {6}), 0,
-       true);
+  sort(dense(v.data(), DType::Float32, {6}), dense(i.data(), DType::Int64, {6}),
+       dense(x.data(), DType::Float32, {6}), 0, true);
   EXPECT_EQ(i, (std::vector<int64_t>{1, 0, 3, 2, 5, 4}));
   std::vector<float> tv(2);
   std::vector<int64_t> ti(2);
   std::vector<float> y{3, 9, 1, 9, 0};
-  topk(dense(tv.data(), DType::Float32, {2}), dense(ti.data(), DType::Int64, {2}), dense(y.data(), DType::Float32, {5}),
-       0, 2, true);
+  topk(dense(tv.data(), DType::Float32, {2}), dense(ti.data(), DType::Int64, {2}),
+       dense(y.data(), DType::Float32, {5}), 0, 2, true);
   EXPECT_EQ(ti, (std::vector<int64_t>{1, 3}));
 }
 
@@ -280,7 +289,8 @@ TEST(Sort, CounterBasedSamplerIsReproducibleAndUniform) {
   std::vector<float> p{0.5f, 0.0f, 0.25f, 0.25f};
   std::vector<int64_t> out(3);
   for (uint64_t seed = 0; seed < 50; ++seed) {
-    multinomial(dense(out.data(), DType::Int64, {3}), dense(p.data(), DType::Float32, {4}), 3, false, seed, 0);
+    multinomial(dense(out.data(), DType::Int64, {3}), dense(p.data(), DType::Float32, {4}), 3,
+                false, seed, 0);
     std::set<int64_t> s3(out.begin(), out.end());
     ASSERT_EQ(s3.size(), 3u);
     ASSERT_EQ(s3.count(1), 0u);

@@ -73,13 +73,16 @@ void check_case(const Case& cs, DType dt, DType out_dt, double alpha, double bet
     }
     gemm_small_m(p, isa);
     std::vector<double> r(csize);
-    for (size_t i = 0; i < csize; ++i) r[i] = out_dt == DType::Float32 ? c32[i] : static_cast<float>(c16[i]);
+    for (size_t i = 0; i < csize; ++i)
+      r[i] = out_dt == DType::Float32 ? c32[i] : static_cast<float>(c16[i]);
     return r;
   };
   const auto portable = run(Isa::Portable);
   const auto best = run(best_isa());
   // Reference in double from the (already rounded) inputs.
-  const double out_eps = out_dt == DType::BFloat16 ? 1.0 / 128 : out_dt == DType::Float16 ? 1.0 / 1024 : 1e-6;
+  const double out_eps = out_dt == DType::BFloat16  ? 1.0 / 128
+                         : out_dt == DType::Float16 ? 1.0 / 1024
+                                                    : 1e-6;
   for (int64_t bi = 0; bi < B; ++bi)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
@@ -94,20 +97,23 @@ void check_case(const Case& cs, DType dt, DType out_dt, double alpha, double bet
         const double ref = alpha * s + beta * 0.5;
         const size_t idx = static_cast<size_t>(bi * m * ldc + i * ldc + j);
         // fp32 accumulation error grows with sqrt(k) * |terms|; plus output rounding.
-        const double tol = 1e-5 * mag * std::sqrt(static_cast<double>(k)) + out_eps * std::fabs(ref) + 1e-5;
-        ASSERT_NEAR(best[idx], ref, tol) << "b" << bi << " i" << i << " j" << j << " " << m << "x" << n << "x" << k;
+        const double tol =
+            1e-5 * mag * std::sqrt(static_cast<double>(k)) + out_eps * std::fabs(ref) + 1e-5;
+        ASSERT_NEAR(best[idx], ref, tol)
+            << "b" << bi << " i" << i << " j" << j << " " << m << "x" << n << "x" << k;
         ASSERT_NEAR(portable[idx], ref, tol);
         ASSERT_NEAR(best[idx], portable[idx], 2 * tol);
       }
   // The padding columns of C are never written.
   for (int64_t bi = 0; bi < B; ++bi)
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(best[static_cast<size_t>(bi * m * ldc + i * ldc + j)], 0.5);
+      for (int64_t j = n; j < ldc; ++j)
+        ASSERT_EQ(best[static_cast<size_t>(bi * m * ldc + i * ldc + j)], 0.5);
 }
 
 const std::vector<Case> kCases = {
-    {1, 1, 1, 1, true},    {1, 1, 37, 13, true},   {1, 3, 70, 100, true},  {2, 5, 33, 129, true},
-    {1, 8, 17, 8, true},   {1, 1, 2048, 512, true}, {1, 1, 37, 13, false}, {1, 2, 130, 9, false},
+    {1, 1, 1, 1, true},     {1, 1, 37, 13, true},     {1, 3, 70, 100, true}, {2, 5, 33, 129, true},
+    {1, 8, 17, 8, true},    {1, 1, 2048, 512, true},  {1, 1, 37, 13, false}, {1, 2, 130, 9, false},
     {3, 5, 200, 31, false}, {1, 1, 1000, 300, false},
 };
 
@@ -190,5 +196,6 @@ TEST(Gemv, TransposedRouteMatchesReference) {
   gemm(p);
   p.c = y2.data();
   gemm_reference(p);
-  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y1[static_cast<size_t>(i)], y2[static_cast<size_t>(i)], 1e-3);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(y1[static_cast<size_t>(i)], y2[static_cast<size_t>(i)], 1e-3);
 }
