@@ -47,6 +47,58 @@ float exp_sub(float* s, int64_t n, float mx) {
   return simd ? exp_sub_avx2(s, n, mx) : exp_sub_portable(s, n, mx);
 }
 
+// max(init, s[0..n)) (NaN-free inputs: scores are finite or -inf).
+float row_max_portable(const float* s, int64_t n, float init) {
+  for (int64_t j = 0; j < n; ++j) init = std::max(init, s[j]);
+  return init;
+}
+
+NEURON_AVX2 float row_max_avx2(const float* s, int64_t n, float init) {
+  __m256 m = _mm256_set1_ps(init);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+  return row_max_portable(s + j, n - j, avx2::hmax(m));
+}
+
+float row_max(const float* s, int64_t n, float init) {
+  static const bool simd = best_isa() == Isa::Avx2;
+  return simd ? row_max_avx2(s, n, init) : row_max_portable(s, n, init);
+}
+
+void scale_row_portable(float* x, int64_t n, float f) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= f;
+}
+
+NEURON_AVX2 void scale_row_avx2(float* x, int64_t n, float f) {
+  const __m256 v = _mm256_set1_ps(f);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), v));
+  scale_row_portable(x + j, n - j, f);
+}
+
+void scale_row(float* x, int64_t n, float f) {
+  static const bool simd = best_isa() == Isa::Avx2;
+  simd ? scale_row_avx2(x, n, f) : scale_row_portable(x, n, f);
+}
+
+// dP <- P * (dP - delta) for one row.
+void ds_row_portable(const float* p, float* dp, int64_t n, float delta) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
+}
+
+NEURON_AVX2 void ds_row_avx2(const float* p, float* dp, int64_t n, float delta) {
+  const __m256 d = _mm256_set1_ps(delta);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)));
+  ds_row_portable(p + j, dp + j, n - j, delta);
+}
+
+void ds_row(const float* p, float* dp, int64_t n, float delta) {
+  static const bool simd = best_isa() == Isa::Avx2;
+  simd ? ds_row_avx2(p, dp, n, delta) : ds_row_portable(p, dp, n, delta);
+}
+
 // C[m, n] (ldc) = A @ B (+ C when accumulate), fp32, with A [m, k] given by (a, a_rs, a_cs) and
 // B [k, n] by (b, b_rs, b_cs).
 void mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_rs, int64_t a_cs, const float* b,
@@ -160,8 +212,7 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
         apply_mask(a, b, h, q0, nq, k0, nk, S.data());
         for (int64_t i = 0; i < nq; ++i) {
           float* s = S.data() + i * nk;
-          float mx = m[static_cast<size_t>(i)];
-          for (int64_t j = 0; j < nk; ++j) mx = std::max(mx, s[j]);
+          const float mx = row_max(s, nk, m[static_cast<size_t>(i)]);
           if (mx == kNegInf) {  // nothing visible yet in this row
             std::fill(s, s + nk, 0.0f);
             continue;
@@ -170,19 +221,14 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
           const float sum = exp_sub(s, nk, mx);
           l[static_cast<size_t>(i)] = l[static_cast<size_t>(i)] * corr + sum;
           m[static_cast<size_t>(i)] = mx;
-          if (corr != 1.0f) {
-            float* o = O.data() + i * a.Dv;
-            for (int64_t d = 0; d < a.Dv; ++d) o[d] *= corr;
-          }
+          if (corr != 1.0f) scale_row(O.data() + i * a.Dv, a.Dv, corr);
         }
         // O += P V
         mm(nq, a.Dv, nk, S.data(), nk, 1, V.data(), a.Dv, 1, O.data(), a.Dv, true);
       }
       for (int64_t i = 0; i < nq; ++i) {
         const float li = l[static_cast<size_t>(i)];
-        float* o = O.data() + i * a.Dv;
-        const float inv = li > 0 ? 1.0f / li : 0.0f;
-        for (int64_t d = 0; d < a.Dv; ++d) o[d] *= inv;
+        scale_row(O.data() + i * a.Dv, a.Dv, li > 0 ? 1.0f / li : 0.0f);
         if (lse)
           lse[b * lse_s[0] + h * lse_s[1] + (q0 + i) * lse_s[2]] =
               li > 0 ? m[static_cast<size_t>(i)] + std::log(li) : kNegInf;
@@ -271,11 +317,7 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
             mm(nk, a.Dv, nq, S.data(), 1, nk, dO.data(), a.Dv, 1, dV.data(), a.Dv, true);
             // dP = dO V^T ; dS = P * (dP - delta)
             mm(nq, nk, a.Dv, dO.data(), a.Dv, 1, V.data(), 1, a.Dv, dP.data(), nk, false);
-            for (int64_t i = 0; i < nq; ++i)
-              for (int64_t j = 0; j < nk; ++j) {
-                const size_t ij = static_cast<size_t>(i * nk + j);
-                dP[ij] = S[ij] * (dP[ij] - Dl[i]);
-              }
+            for (int64_t i = 0; i < nq; ++i) ds_row(S.data() + i * nk, dP.data() + i * nk, nk, Dl[i]);
             // dK += scale * dS^T Q
             mm(nk, a.D, nq, dP.data(), 1, nk, Q.data(), a.D, 1, dK.data(), a.D, true, scale);
           }
@@ -316,11 +358,7 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
           apply_mask(a, b, h, q0, nq, k0, nk, S.data());
           probabilities(S.data(), nq, nk, L);
           mm(nq, nk, a.Dv, dO.data(), a.Dv, 1, V.data(), 1, a.Dv, dP.data(), nk, false);
-          for (int64_t i = 0; i < nq; ++i)
-            for (int64_t j = 0; j < nk; ++j) {
-              const size_t ij = static_cast<size_t>(i * nk + j);
-              dP[ij] = S[ij] * (dP[ij] - Dl[i]);
-            }
+          for (int64_t i = 0; i < nq; ++i) ds_row(S.data() + i * nk, dP.data() + i * nk, nk, Dl[i]);
           if (g.dmask) {
             for (int64_t i = 0; i < nq; ++i)
               std::copy(dP.data() + i * nk, dP.data() + (i + 1) * nk,
