@@ -90,7 +90,8 @@ NEURON_AVX2 void ds_row_avx2(const float* p, float* dp, int64_t n, float delta) 
   const __m256 d = _mm256_set1_ps(delta);
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)));
+    _mm256_storeu_ps(
+        dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)));
   ds_row_portable(p + j, dp + j, n - j, delta);
 }
 
@@ -317,7 +318,8 @@ void attention_backward(const AttentionArgs& a, const AttentionGrads& g) {
             mm(nk, a.Dv, nq, S.data(), 1, nk, dO.data(), a.Dv, 1, dV.data(), a.Dv, true);
             // dP = dO V^T ; dS = P * (dP - delta)
             mm(nq, nk, a.Dv, dO.data(), a.Dv, 1, V.data(), 1, a.Dv, dP.data(), nk, false);
-            for (int64_t i = 0; i < nq; ++i) ds_row(S.data() + i * nk, dP.data() + i * nk, nk, Dl[i]);
+            for (int64_t i = 0; i < nq; ++i)
+              ds_row(S.data() + i * nk, dP.data() + i * nk, nk, Dl[i]);
             // dK += scale * dS^T Q
             mm(nk, a.D, nq, dP.data(), 1, nk, Q.data(), a.D, 1, dK.data(), a.D, true, scale);
           }

@@ -289,6 +289,60 @@ void embedding_backward(const TensorRef& grad_weight, const TensorRef& grad,
       });
 }
 
+void embedding_renorm(const TensorRef& weight, const TensorRef& indices, double max_norm,
+                      double norm_type) {
+  const int64_t V = weight.sizes[0], D = weight.sizes[1];
+  const Index1d idx(indices);
+  std::vector<int64_t> rows;
+  rows.reserve(static_cast<size_t>(idx.n));
+  for (int64_t i = 0; i < idx.n; ++i) {
+    const int64_t v = idx[i];
+    if (v < 0 || v >= V) out_of_bounds("embedding_renorm_", v, 0, V);
+    rows.push_back(v);
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const size_t esz = element_size(weight.dtype);
+  dispatch_all(weight.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_complex_v<T> || std::is_integral_v<T>) {
+      throw std::invalid_argument("embedding_renorm_: expected a floating weight");
+    } else {
+      rt::parallel_for(
+          0, static_cast<int64_t>(rows.size()),
+          std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+              T* w = reinterpret_cast<T*>(static_cast<char*>(weight.data) +
+                                          rows[static_cast<size_t>(r)] * weight.strides[0] *
+                                              static_cast<int64_t>(esz));
+              const int64_t ws = weight.strides[1];
+              double norm = 0;
+              for (int64_t j = 0; j < D; ++j) {
+                const double x = std::fabs(convert<double>(w[j * ws]));
+                if (norm_type == 1)
+                  norm += x;
+                else if (norm_type == 2)
+                  norm += x * x;
+                else if (std::isinf(norm_type))
+                  norm = std::max(norm, x);
+                else
+                  norm += std::pow(x, norm_type);
+              }
+              if (norm_type == 2)
+                norm = std::sqrt(norm);
+              else if (norm_type != 1 && !std::isinf(norm_type))
+                norm = std::pow(norm, 1.0 / norm_type);
+              if (norm > max_norm) {
+                const double scale = max_norm / (norm + 1e-7);
+                for (int64_t j = 0; j < D; ++j)
+                  w[j * ws] = convert<T>(convert<double>(w[j * ws]) * scale);
+              }
+            }
+          });
+    }
+  });
+}
+
 void gather(const TensorRef& out, const TensorRef& self, int dim, const TensorRef& index,
             const char* op) {
   if (out.dtype != self.dtype)

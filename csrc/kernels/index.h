@@ -32,6 +32,11 @@ void index_update(const TensorRef& self, int dim, const TensorRef& index, const 
 void embedding_backward(const TensorRef& grad_weight, const TensorRef& grad,
                         const TensorRef& indices, int64_t padding_idx, bool scale_grad_by_freq);
 
+// For each distinct index v: if the norm_type-norm of weight[v, :] exceeds max_norm, scale the row
+// by max_norm / (norm + 1e-7) (embedding with max_norm), in place.
+void embedding_renorm(const TensorRef& weight, const TensorRef& indices, double max_norm,
+                      double norm_type);
+
 // out[p] = self[p with p[dim] = index[p]]: index, out of the same shape; self at least as big
 // in every dim but `dim`.
 void gather(const TensorRef& out, const TensorRef& self, int dim, const TensorRef& index,

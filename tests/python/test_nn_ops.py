@@ -202,6 +202,18 @@ def test_embedding_forward_backward_padding_and_freq():
     assert {"aten::embedding", "aten::embedding_dense_backward"} <= set(torch_neuronx.get_executed_ops())
 
 
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_embedding_max_norm_renormalizes_in_place(norm_type):
+    w = randn(12, 6) * 3
+    idx = torch.tensor([[1, 5, 1], [11, 0, 5]])
+    wc, wn = w.clone(), w.to(N)
+    out_c = F.embedding(idx, wc, max_norm=1.5, norm_type=norm_type)
+    out_n = F.embedding(idx.to(N), wn, max_norm=1.5, norm_type=norm_type)
+    torch.testing.assert_close(out_n.cpu(), out_c, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(wn.cpu(), wc, rtol=1e-5, atol=1e-6)  # the referenced rows were renormalized
+    assert "aten::embedding_renorm_" not in torch_neuronx.get_fallback_ops()
+
+
 def test_embedding_bad_index_fails_at_synchronize_naming_the_op_and_index():
     w = torch.randn(10, 4, device=N)
     out = F.embedding(torch.tensor([1, 10], device=N), w)  # queued: no error yet

@@ -705,9 +705,25 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
   return gw;
 }
 
+at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices_in, double max_norm,
+                              double norm_type) {
+  NEURON_TRACK_OP("aten::embedding_renorm_");
+  TORCH_CHECK(self.dim() == 2, "embedding_renorm_(): 'self' must be 2-D");
+  check_index_dtype("embedding_renorm_", indices_in);
+  TORCH_CHECK(is_float_dtype(self.scalar_type()),
+              "embedding_renorm_(): expected a floating weight, got ", self.scalar_type());
+  const at::Tensor indices = to_device(indices_in, self.device()).reshape({-1});
+  if (indices.numel() == 0 || self.numel() == 0) return self;
+  const TensorRef w = make_ref(self), i = make_ref(indices);
+  launch_on(self, "aten::embedding_renorm_",
+            [w, i, max_norm, norm_type] { kernels::embedding_renorm(w, i, max_norm, norm_type); });
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("embedding_renorm_", TORCH_FN(embedding_renorm_));
   m.impl("_softmax", TORCH_FN(softmax<false>));
   m.impl("_softmax.out", TORCH_FN(softmax_out<false>));
   m.impl("_log_softmax", TORCH_FN(softmax<true>));
