@@ -10,3 +10,7 @@ bash examples/lab0/env_check.sh
 echo
 echo "################ Lab 1, Step 1: device & tensor basics ################"
 (cd examples/lab1 && ../../$PY step1_device_basics.py)
+
+echo
+echo "################ Lab 1, Step 2: eager mode training ################"
+(cd examples/lab1 && ../../$PY eager_mode.py)
