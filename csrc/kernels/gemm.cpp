@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -213,19 +214,20 @@ void blas_one(const GemmProblem& p, int64_t bi) {
     return;
   }
   // Accumulate into a dense row-major buffer, then scale, add and convert into C.
-  std::vector<Acc> buf(static_cast<size_t>(p.m * p.n));
+  // Uninitialised: BLAS writes every element with beta = 0 (no memset of a large temporary).
+  std::unique_ptr<Acc[]> buf(new Acc[static_cast<size_t>(p.m * p.n)]);
   BlasMatrix<T> P(b, p.b_cs, p.b_rs, p.n, p.k), Q(a, p.a_cs, p.a_rs, p.k, p.m);
   Call::call(P.f.trans, Q.f.trans, n, m, k, Acc(1), P.ptr, P.f.ld, Q.ptr, Q.f.ld, Acc(0),
-             buf.data(), std::max(n, 1));
+             buf.get(), std::max(n, 1));
   switch (p.out_dtype) {
     case DType::Float32:
-      return store_output<float>(p, bi, buf.data());
+      return store_output<float>(p, bi, buf.get());
     case DType::Float64:
-      return store_output<double>(p, bi, buf.data());
+      return store_output<double>(p, bi, buf.get());
     case DType::BFloat16:
-      return store_output<bf16>(p, bi, buf.data());
+      return store_output<bf16>(p, bi, buf.get());
     case DType::Float16:
-      return store_output<f16>(p, bi, buf.data());
+      return store_output<f16>(p, bi, buf.get());
     default:
       throw std::invalid_argument("gemm: bad output dtype");
   }
