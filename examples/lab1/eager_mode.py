@@ -7,7 +7,7 @@ int32, as the lab guide asks (Neuron has no native int64).
 """
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 torch.manual_seed(52590)  # fixes the data and the initial weights (the lab guide's run)
 

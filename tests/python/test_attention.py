@@ -9,8 +9,8 @@ it is compared with the fp32 CPU result of the same bf16 inputs at bf16 resoluti
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torch_neuronx
+from torch.nn import functional as F
 
 N = "neuron"
 FUSED = "aten::_scaled_dot_product_fused_attention_overrideable"

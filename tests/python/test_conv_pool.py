@@ -8,8 +8,8 @@ few hundred terms). bf16 is compared with an fp64 reference at bf16 resolution.
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torch_neuronx
+from torch.nn import functional as F
 
 N = "neuron"
 
@@ -86,7 +86,7 @@ def test_conv_errors():
 def test_max_pool2d(kw):
     compare(lambda x: F.max_pool2d(x, **kw), rnd(2, 3, 9, 8))
     compare(lambda x: F.max_pool2d(x, **kw), rnd(3, 9, 8))  # unbatched
-    out, idx = F.max_pool2d(rnd(2, 3, 9, 8).to(N), return_indices=True, **kw)
+    _, idx = F.max_pool2d(rnd(2, 3, 9, 8).to(N), return_indices=True, **kw)
     _, idx_c = F.max_pool2d(rnd(2, 3, 9, 8), return_indices=True, **kw)
     assert torch.equal(idx.cpu(), idx_c)
 

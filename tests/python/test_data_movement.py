@@ -4,8 +4,8 @@ arange, linspace, eye."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torch_neuronx
+from torch.nn import functional as F
 
 N = "neuron"
 

@@ -10,8 +10,8 @@ at the output format's resolution (bf16: 2^-8 relative, fp16: 2^-11) instead of 
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torch_neuronx
+from torch.nn import functional as F
 
 N = "neuron"
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12), torch.bfloat16: (1.6e-2, 1e-2),

@@ -10,9 +10,9 @@ on neuron, so they are compared with the fp32 CPU result of the same (rounded) i
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 import torch_neuronx
+from torch import nn
+from torch.nn import functional as F
 
 N = "neuron"
 TOL = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-10), torch.bfloat16: (1.6e-2, 1.6e-2),
@@ -173,9 +173,11 @@ def test_batch_norm_train_and_eval(dtype, shape):
         rm_c, rv_c = torch.rand(C, dtype=dtype), torch.rand(C, dtype=dtype) + 0.5
         rm_n, rv_n = rm_c.to(N), rv_c.to(N)
         w, b = randn(C, seed=1).to(dtype), randn(C, seed=2).to(dtype)
-        run_both(lambda t, w_, b_: F.batch_norm(t, rm_c if t.device.type == "cpu" else rm_n,
-                                               rv_c if t.device.type == "cpu" else rv_n, w_, b_, train, 0.3, 1e-4),
-                 x, w, b, dtype=dtype)
+        def bn(t, w_, b_, rm_c=rm_c, rv_c=rv_c, rm_n=rm_n, rv_n=rv_n, train=train):
+            on_cpu = t.device.type == "cpu"
+            return F.batch_norm(t, rm_c if on_cpu else rm_n, rv_c if on_cpu else rv_n, w_, b_, train, 0.3, 1e-4)
+
+        run_both(bn, x, w, b, dtype=dtype)
         torch.testing.assert_close(rm_n.cpu(), rm_c)  # running statistics updated alike (twice)
         torch.testing.assert_close(rv_n.cpu(), rv_c)
 
@@ -194,7 +196,7 @@ def test_embedding_forward_backward_padding_and_freq():
     w = randn(20, 8)
     idx = torch.tensor([[1, 5, 1, 19], [0, 5, 5, 3]])
     for kw in ({}, {"padding_idx": 5}, {"scale_grad_by_freq": True}, {"padding_idx": 0, "scale_grad_by_freq": True}):
-        run_both(lambda t: F.embedding(idx.to(t.device), t, **kw), w)
+        run_both(lambda t, kw=kw: F.embedding(idx.to(t.device), t, **kw), w)
     run_both(lambda t: F.embedding(idx.int().to(t.device), t), w)  # int32 indices
     run_both(lambda t: F.embedding(idx.to(t.device), t), w, dtype=torch.bfloat16)
     e = nn.Embedding(20, 8).to(N)

@@ -30,8 +30,9 @@ def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def assert_close_dicts(actual: dict, expected: dict, rtol: float, atol: float, what: str) -> None:
     assert actual.keys() == expected.keys(), f"{what}: different names"
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], rtol=rtol, atol=atol, msg=lambda m: f"{what} {name}: {m}")
+    for name, value in expected.items():
+        torch.testing.assert_close(actual[name], value, rtol=rtol, atol=atol,
+                                   msg=lambda m, name=name: f"{what} {name}: {m}")
 
 
 def assert_no_fallback() -> None:

@@ -14,10 +14,9 @@ the tolerance).
 import math
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
 from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
+from torch import nn
+from torch.nn import functional as F
 
 VOCAB, DIM, HEADS, KV_HEADS, LAYERS, HIDDEN, MAX_LEN = 96, 64, 4, 2, 2, 160, 48
 HEAD_DIM = DIM // HEADS

@@ -7,9 +7,8 @@ relative after 10 steps is comfortable while still catching any wrong gradient.
 """
 
 import torch
-import torch.nn as nn
-
 from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
+from torch import nn
 
 
 def test_lab1_step2_mlp_trains_like_cpu():

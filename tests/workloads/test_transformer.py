@@ -11,10 +11,9 @@ of either device decides the direction.
 """
 
 import torch
-import torch.nn as nn
 import torch_neuronx
-
 from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
+from torch import nn
 
 
 class Model(nn.Module):
