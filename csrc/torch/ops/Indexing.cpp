@@ -51,7 +51,8 @@ at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at:
   if (out.numel() == 0 && index.numel() == 0) return out;
   TORCH_CHECK(self.dim() == 0 || self.size(d) > 0 || index.numel() == 0,
               "index_select(): self indexing axis dim should be positive");
-  const TensorRef o = make_ref(out), s = make_ref(self), i = make_ref(index.reshape({-1}));
+  const TensorRef o = make_ref(out), s = make_ref(self),
+                  i = make_ref(index.dim() == 1 ? index : index.reshape({-1}));
   const int di = static_cast<int>(d);
   launch_on(self, "aten::index_select",
             [o, s, i, di] { kernels::index_select(o, s, di, i, "index_select"); });
@@ -60,7 +61,10 @@ at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at:
 
 at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
   NEURON_TRACK_OP("aten::index_select");
-  at::Tensor out = at::empty({0}, self.options());
+  // Allocated at its final size (resize_output then has nothing to do).
+  std::vector<int64_t> sizes = self.sizes().vec();
+  if (self.dim() > 0) sizes[static_cast<size_t>(wrap_dim(dim, self.dim()))] = index.numel();
+  at::Tensor out = at::empty(sizes, self.options());
   return index_select_out_impl(self, dim, index, out);
 }
 

@@ -33,9 +33,13 @@ bool skipped_in_cat(const at::Tensor& t) {
   return t.dim() == 1 && t.numel() == 0;
 }  // legacy [0] tensors
 
-at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at::Tensor& out,
-                         bool resize) {
-  const std::vector<at::Tensor> tensors(tensors_ref.begin(), tensors_ref.end());
+// The concatenation dim and the output sizes, with ATen's checks.
+struct CatShape {
+  int64_t dim = 0, ndim = 0;
+  std::vector<int64_t> sizes;
+};
+
+CatShape cat_shape(const std::vector<at::Tensor>& tensors, int64_t dim, const c10::Device& device) {
   TORCH_CHECK(!tensors.empty(), "torch.cat(): expected a non-empty list of Tensors");
   const at::Tensor* ref = nullptr;
   for (const auto& t : tensors)
@@ -45,61 +49,85 @@ at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at:
     }
   if (!ref) ref = &tensors[0];
   TORCH_CHECK(ref->dim() > 0, "zero-dimensional tensor (at position 0) cannot be concatenated");
-  const int64_t d = at::maybe_wrap_dim(dim, ref->dim());
-  std::vector<int64_t> sizes = ref->sizes().vec();
+  CatShape c;
+  c.ndim = ref->dim();
+  c.dim = at::maybe_wrap_dim(dim, c.ndim);
+  c.sizes = ref->sizes().vec();
   int64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
-    if (skipped_in_cat(t) && t.dim() != ref->dim()) continue;
-    TORCH_CHECK(t.dim() == ref->dim(), "Tensors must have same number of dimensions: got ",
-                ref->dim(), " and ", t.dim());
+    if (skipped_in_cat(t) && t.dim() != c.ndim) continue;
+    TORCH_CHECK(t.dim() == c.ndim, "Tensors must have same number of dimensions: got ", c.ndim,
+                " and ", t.dim());
     for (int64_t k = 0; k < t.dim(); ++k) {
-      if (k == d) continue;
-      TORCH_CHECK(t.size(k) == sizes[static_cast<size_t>(k)],
-                  "Sizes of tensors must match except in dimension ", d, ". Expected size ",
-                  sizes[static_cast<size_t>(k)], " but got size ", t.size(k), " for tensor number ",
-                  i, " in the list.");
+      if (k == c.dim) continue;
+      TORCH_CHECK(t.size(k) == c.sizes[static_cast<size_t>(k)],
+                  "Sizes of tensors must match except in dimension ", c.dim, ". Expected size ",
+                  c.sizes[static_cast<size_t>(k)], " but got size ", t.size(k),
+                  " for tensor number ", i, " in the list.");
     }
-    TORCH_CHECK(t.device() == out.device(),
-                "Expected all tensors to be on the same device, but found at least two "
-                "devices, ",
-                out.device(), " and ", t.device(), "!");
-    total += t.size(d);
+    TORCH_CHECK(t.device() == device,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                device, " and ", t.device(), "!");
+    total += t.size(c.dim);
   }
-  sizes[static_cast<size_t>(d)] = total;
-  if (resize) at::native::resize_output(out, sizes);
-  for (const auto& t : tensors)
-    TORCH_CHECK(!overlaps(out, t),
-                "torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
-                "output memory locations.");
+  c.sizes[static_cast<size_t>(c.dim)] = total;
+  return c;
+}
+
+// Queues the copies of every input into its slice of `out` (slices as TensorRefs: no views).
+void queue_cat(const std::vector<at::Tensor>& tensors, const CatShape& c, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  const TensorRef o = make_ref(out);
+  const int d = static_cast<int>(c.dim);
+  const int64_t esz = static_cast<int64_t>(out.element_size());
   CopyList copies;
+  copies.reserve(tensors.size());
   int64_t offset = 0;
   for (const auto& t : tensors) {
-    if (skipped_in_cat(t) && t.dim() != ref->dim()) continue;
-    const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0)
-      copies.emplace_back(make_ref(out.narrow(d, offset, n)), make_ref(t));
+    if (skipped_in_cat(t) && t.dim() != c.ndim) continue;
+    const int64_t n = t.size(c.dim);
+    if (n > 0) {
+      TensorRef slice = o;
+      slice.sizes[d] = n;
+      slice.data = static_cast<char*>(o.data) + offset * o.strides[d] * esz;
+      copies.emplace_back(slice, make_ref(t));
+    }
     offset += n;
   }
   queue_copies(out, "aten::cat", std::move(copies));
+}
+
+at::Tensor& cat_out_impl(const at::ITensorListRef& tensors_ref, int64_t dim, at::Tensor& out) {
+  const std::vector<at::Tensor> tensors(tensors_ref.begin(), tensors_ref.end());
+  const CatShape c = cat_shape(tensors, dim, out.device());
+  at::native::resize_output(out, c.sizes);
+  for (const auto& t : tensors)
+    TORCH_CHECK(!overlaps(out, t),
+                "torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
+                "output memory "
+                "locations.");
+  queue_cat(tensors, c, out);
   return out;
 }
 
-at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+at::Tensor cat(const at::ITensorListRef& tensors_ref, int64_t dim) {
   NEURON_TRACK_OP("aten::cat");
-  const std::vector<at::Tensor> vec(tensors.begin(), tensors.end());
-  TORCH_CHECK(!vec.empty(), "torch.cat(): expected a non-empty list of Tensors");
-  const at::ScalarType dt = at::native::result_type(tensors);
-  c10::Device device = vec[0].device();
-  for (const auto& t : vec)
+  const std::vector<at::Tensor> tensors(tensors_ref.begin(), tensors_ref.end());
+  TORCH_CHECK(!tensors.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  c10::Device device = tensors[0].device();
+  for (const auto& t : tensors)
     if (is_neuron(t)) device = t.device();
-  at::Tensor out = at::empty({0}, vec[0].options().dtype(dt).device(device));
-  return cat_out_impl(tensors, dim, out, true);
+  const CatShape c = cat_shape(tensors, dim, device);
+  at::Tensor out = at::empty(
+      c.sizes, tensors[0].options().dtype(at::native::result_type(tensors_ref)).device(device));
+  queue_cat(tensors, c, out);
+  return out;
 }
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
   NEURON_TRACK_OP("aten::cat.out");
-  return cat_out_impl(tensors, dim, out, true);
+  return cat_out_impl(tensors, dim, out);
 }
 
 // ---- flip / roll ----
