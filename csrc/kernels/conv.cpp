@@ -210,9 +210,9 @@ void forward_typed(const ConvArgs& a, const T* input, const T* weight, const T* 
       }
     }
   };
-  const double flops = static_cast<double>(a.Cout) * static_cast<double>(Cin_g * K) *
-                       static_cast<double>(tr ? I : P);
-  if (a.N >= 2 && flops < 2e7) {
+  // Images side by side, each with one BLAS thread (gemm sees the nesting): no synchronisation
+  // between the im2col and GEMM steps, and every thread streams its own images.
+  if (a.N >= 2 && rt::num_threads() > 1) {
     // Small images: images side by side, each with one BLAS thread (gemm sees the nesting).
     rt::parallel_for(0, a.N, 1, [&](int64_t n0, int64_t n1) {
       std::vector<T> col(direct ? 0 : static_cast<size_t>(Cin_g * K * P));
@@ -244,41 +244,65 @@ void backward_typed(const ConvArgs& a, const T* grad_out, const T* input, const 
   // Weight as [col_ch, img_ch * K] for a conv ([Cout_g, Cin_g*K]) and for a transposed conv
   // ([Cin_g, Cout_g*K]): the same matrix shape role in both cases.
   const int64_t wsize = col_ch * img_ch * K;
-  std::vector<Acc<T>> gw(grad_weight ? static_cast<size_t>(G * wsize) : 0, Acc<T>(0));
-  std::vector<T> col(static_cast<size_t>(img_ch * K * P));
-  std::vector<Acc<T>> dcol(grad_input ? static_cast<size_t>(img_ch * K * P) : 0);
-  std::vector<Acc<T>> gimg(grad_input ? static_cast<size_t>(img_ch * I) : 0);
-  for (int64_t n = 0; n < a.N; ++n) {
-    // The image side and the column side of this sample.
-    const T* image = tr ? grad_out + n * out_img : input + n * in_img;
-    const T* column_side = tr ? input + n * in_img : grad_out + n * out_img;
-    T* grad_image = (!tr && grad_input) ? grad_input + n * in_img : nullptr;
-    T* grad_column = (tr && grad_input) ? grad_input + n * in_img : nullptr;
-    for (int64_t gi = 0; gi < G; ++gi) {
-      const T* img_g = image + gi * img_ch * I;
-      const T* colside_g = column_side + gi * col_ch * P;  // [col_ch, P]
-      const T* w_g = weight + gi * wsize;                  // [col_ch, img_ch*K]
-      const bool need_cols = grad_weight || (tr && grad_input);
-      if (need_cols) im2col(g, img_g, col.data());  // [img_ch*K, P]
-      if (grad_weight) {
-        // dW_g [col_ch, img_ch*K] += colside_g [col_ch, P] @ col^T [P, img_ch*K]   (conv)
-        // transposed: dW_g [Cin_g, Cout_g*K] += x_g [Cin_g, P] @ col(dout)^T
-        matmul(col_ch, img_ch * K, P, colside_g, false, col.data(), true, dt,
-               gw.data() + gi * wsize, acc_dt, 1.0);
-      }
-      if (!grad_input) continue;
-      if (!tr) {
-        // dcol [Cin_g*K, P] = W_g^T [Cin_g*K, Cout_g] @ dout_g [Cout_g, P]; col2im into dx.
-        matmul(img_ch * K, P, col_ch, w_g, true, colside_g, false, dt, dcol.data(), acc_dt, 0.0);
-        std::fill(gimg.begin(), gimg.end(), Acc<T>(0));
-        col2im(g, dcol.data(), gimg.data());
-        store_acc<T>(gimg.data(), grad_image + gi * img_ch * I, img_ch * I);
-      } else {
-        // dx_g [Cin_g, P] = W_g [Cin_g, Cout_g*K] @ col(dout_g) [Cout_g*K, P]
-        matmul(col_ch, P, img_ch * K, w_g, false, col.data(), false, dt,
-               grad_column + gi * col_ch * P, dt, 0.0);
+  // Images are processed in a fixed number of blocks (it depends on the shapes only, never on
+  // the thread count), each accumulating its own weight-gradient partial; the partials are then
+  // summed in block order. Blocks run side by side with one BLAS thread each.
+  int64_t blocks = std::min<int64_t>(a.N, 8);
+  const double partial_bytes = static_cast<double>(G * wsize) * sizeof(Acc<T>);
+  while (blocks > 1 && grad_weight &&
+         partial_bytes * static_cast<double>(blocks) > 64.0 * (1 << 20))
+    --blocks;
+  std::vector<Acc<T>> gw(grad_weight ? static_cast<size_t>(blocks * G * wsize) : 0, Acc<T>(0));
+  rt::parallel_for(0, std::max<int64_t>(blocks, 1), 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> col(static_cast<size_t>(img_ch * K * P));
+    std::vector<Acc<T>> dcol(grad_input ? static_cast<size_t>(img_ch * K * P) : 0);
+    std::vector<Acc<T>> gimg(grad_input ? static_cast<size_t>(img_ch * I) : 0);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      Acc<T>* gw_blk = grad_weight ? gw.data() + blk * G * wsize : nullptr;
+      const int64_t n0 = a.N * blk / blocks, n1 = a.N * (blk + 1) / blocks;
+      for (int64_t n = n0; n < n1; ++n) {
+        // The image side and the column side of this sample.
+        const T* image = tr ? grad_out + n * out_img : input + n * in_img;
+        const T* column_side = tr ? input + n * in_img : grad_out + n * out_img;
+        T* grad_image = (!tr && grad_input) ? grad_input + n * in_img : nullptr;
+        T* grad_column = (tr && grad_input) ? grad_input + n * in_img : nullptr;
+        for (int64_t gi = 0; gi < G; ++gi) {
+          const T* img_g = image + gi * img_ch * I;
+          const T* colside_g = column_side + gi * col_ch * P;  // [col_ch, P]
+          const T* w_g = weight + gi * wsize;                  // [col_ch, img_ch*K]
+          const bool need_cols = grad_weight || (tr && grad_input);
+          if (need_cols) im2col(g, img_g, col.data());  // [img_ch*K, P]
+          if (grad_weight) {
+            // dW_g [col_ch, img_ch*K] += colside_g [col_ch, P] @ col^T [P, img_ch*K]   (conv)
+            // transposed: dW_g [Cin_g, Cout_g*K] += x_g [Cin_g, P] @ col(dout)^T
+            matmul(col_ch, img_ch * K, P, colside_g, false, col.data(), true, dt,
+                   gw_blk + gi * wsize, acc_dt, 1.0);
+          }
+          if (!grad_input) continue;
+          if (!tr) {
+            // dcol [Cin_g*K, P] = W_g^T [Cin_g*K, Cout_g] @ dout_g [Cout_g, P]; col2im into dx.
+            matmul(img_ch * K, P, col_ch, w_g, true, colside_g, false, dt, dcol.data(), acc_dt,
+                   0.0);
+            std::fill(gimg.begin(), gimg.end(), Acc<T>(0));
+            col2im(g, dcol.data(), gimg.data());
+            store_acc<T>(gimg.data(), grad_image + gi * img_ch * I, img_ch * I);
+          } else {
+            // dx_g [Cin_g, P] = W_g [Cin_g, Cout_g*K] @ col(dout_g) [Cout_g*K, P]
+            matmul(col_ch, P, img_ch * K, w_g, false, col.data(), false, dt,
+                   grad_column + gi * col_ch * P, dt, 0.0);
+          }
+        }
       }
     }
+  });
+  if (grad_weight && blocks > 1) {
+    const int64_t total = G * wsize;
+    rt::parallel_for(0, total, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t blk = 1; blk < blocks; ++blk) {
+        const Acc<T>* src = gw.data() + blk * total;
+        for (int64_t i = i0; i < i1; ++i) gw[static_cast<size_t>(i)] += src[i];
+      }
+    });
   }
   if (grad_weight) store_acc<T>(gw.data(), grad_weight, G * wsize);
   if (grad_bias) {
