@@ -12,6 +12,10 @@ echo "################ Lab 1, Step 1: device & tensor basics ################"
 (cd examples/lab1 && ../../$PY step1_device_basics.py)
 
 echo
+echo "################ Lab 1, Step 2: eager mode training ################"
+(cd examples/lab1 && ../../$PY eager_mode.py)
+
+echo
 echo "################ Lab 1, Step 3: torch.compile(backend=\"neuron\") ################"
 (cd examples/lab1 && ../../$PY torch_compile.py)
 

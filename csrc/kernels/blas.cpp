@@ -31,6 +31,7 @@ Functions resolve() {
   f.dgemm = reinterpret_cast<dgemm_fn>(dlsym(handle, "dgemm_"));
   f.gemm_bf16 = reinterpret_cast<gemm16_fn>(dlsym(handle, "gemm_bf16bf16f32"));
   f.gemm_f16 = reinterpret_cast<gemm16_fn>(dlsym(handle, "gemm_f16f16f32"));
+  f.set_num_threads_local = reinterpret_cast<set_threads_fn>(dlsym(handle, "MKL_Set_Num_Threads_Local"));
   static std::string kept;
   kept = source;
   f.source = kept.c_str();

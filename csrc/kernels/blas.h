@@ -19,11 +19,17 @@ using gemm16_fn = void (*)(const char* ta, const char* tb, const int* m, const i
                            const float* alpha, const uint16_t* a, const int* lda, const uint16_t* b,
                            const int* ldb, const float* beta, float* c, const int* ldc);
 
+// Sets the number of BLAS threads for calls made from the calling thread (0 = the global
+// setting) and returns the previous value (MKL's C entry MKL_Set_Num_Threads_Local; the
+// lower-case symbol is the Fortran one, taking a pointer).
+using set_threads_fn = int (*)(int);
+
 struct Functions {
   sgemm_fn sgemm = nullptr;
   dgemm_fn dgemm = nullptr;
   gemm16_fn gemm_bf16 = nullptr;
   gemm16_fn gemm_f16 = nullptr;
+  set_threads_fn set_num_threads_local = nullptr;
   const char* source = "none";  // library the symbols came from
 };
 

@@ -1,0 +1,217 @@
+#include "pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rows.h"
+#include "runtime/thread_pool.h"
+
+namespace neuron::kernels {
+namespace {
+
+template <typename F>
+void dispatch_pool(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32:
+      return f(float{});
+    case DType::Float64:
+      return f(double{});
+    case DType::BFloat16:
+      return f(bf16{});
+    case DType::Float16:
+      return f(f16{});
+    default:
+      throw std::invalid_argument("pooling: unsupported dtype " + std::string(dtype_name(t)));
+  }
+}
+
+template <typename T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Runs fn(plane) over the planes in parallel.
+template <typename F>
+void over_planes(const Pool2dArgs& a, int64_t plane_cost, F&& fn) {
+  rt::parallel_for(0, a.planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_cost, 1)),
+                   [&](int64_t p0, int64_t p1) {
+                     for (int64_t p = p0; p < p1; ++p) fn(p);
+                   });
+}
+
+int64_t start_index(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+int64_t end_index(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+
+// The average-pooling window of output (oh, ow) and its divisor.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1, divisor;
+};
+AvgWindow avg_window(const Pool2dArgs& a, int64_t oh, int64_t ow, bool count_include_pad,
+                     int64_t divisor_override) {
+  int64_t h0 = oh * a.sH - a.pH, w0 = ow * a.sW - a.pW;
+  int64_t h1 = std::min(h0 + a.kH, a.H + a.pH), w1 = std::min(w0 + a.kW, a.W + a.pW);
+  const int64_t pool_size = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, a.H);
+  w1 = std::min(w1, a.W);
+  int64_t div;
+  if (divisor_override > 0)
+    div = divisor_override;
+  else if (count_include_pad)
+    div = pool_size;
+  else
+    div = (h1 - h0) * (w1 - w0);
+  return {h0, h1, w0, w1, div};
+}
+
+}  // namespace
+
+void max_pool2d_forward(const Pool2dArgs& a, const void* in, void* out, int64_t* indices) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.OH * a.OW * a.kH * a.kW, [&](int64_t p) {
+      const T* x = static_cast<const T*>(in) + p * a.H * a.W;
+      T* y = static_cast<T*>(out) + p * a.OH * a.OW;
+      int64_t* ind = indices + p * a.OH * a.OW;
+      for (int64_t oh = 0; oh < a.OH; ++oh) {
+        const int64_t h0 = oh * a.sH - a.pH;
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          const int64_t w0 = ow * a.sW - a.pW;
+          C best = -std::numeric_limits<C>::infinity();
+          int64_t arg = -1;
+          for (int64_t kh = 0; kh < a.kH; ++kh) {
+            const int64_t h = h0 + kh * a.dH;
+            if (h < 0 || h >= a.H) continue;
+            for (int64_t kw = 0; kw < a.kW; ++kw) {
+              const int64_t w = w0 + kw * a.dW;
+              if (w < 0 || w >= a.W) continue;
+              const C v = static_cast<C>(x[h * a.W + w]);
+              if (arg < 0 || v > best || std::isnan(v)) {
+                best = v;
+                arg = h * a.W + w;
+                if (std::isnan(v)) break;
+              }
+            }
+            if (arg >= 0 && std::isnan(best)) break;
+          }
+          y[oh * a.OW + ow] = T(best);
+          ind[oh * a.OW + ow] = arg < 0 ? 0 : arg;
+        }
+      }
+    });
+  });
+}
+
+void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices,
+                         void* grad_in) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.H * a.W + a.OH * a.OW, [&](int64_t p) {
+      std::vector<C> acc(static_cast<size_t>(a.H * a.W), C(0));
+      const T* g = static_cast<const T*>(grad_out) + p * a.OH * a.OW;
+      const int64_t* ind = indices + p * a.OH * a.OW;
+      for (int64_t o = 0; o < a.OH * a.OW; ++o) {
+        const int64_t i = ind[o];
+        if (i < 0 || i >= a.H * a.W)
+          throw std::out_of_range("max_pool2d_backward: index " + std::to_string(i) +
+                                  " is out of bounds for an input of " + std::to_string(a.H * a.W) +
+                                  " elements");
+        acc[static_cast<size_t>(i)] += static_cast<C>(g[o]);
+      }
+      T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
+      for (int64_t i = 0; i < a.H * a.W; ++i) gi[i] = T(acc[static_cast<size_t>(i)]);
+    });
+  });
+}
+
+void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                        const void* in, void* out) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.OH * a.OW * a.kH * a.kW, [&](int64_t p) {
+      const T* x = static_cast<const T*>(in) + p * a.H * a.W;
+      T* y = static_cast<T*>(out) + p * a.OH * a.OW;
+      for (int64_t oh = 0; oh < a.OH; ++oh)
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          const AvgWindow w = avg_window(a, oh, ow, count_include_pad, divisor_override);
+          C s = 0;
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t ww = w.w0; ww < w.w1; ++ww) s += static_cast<C>(x[h * a.W + ww]);
+          y[oh * a.OW + ow] = w.divisor ? T(s / static_cast<C>(w.divisor)) : T(C(0));
+        }
+    });
+  });
+}
+
+void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
+                         const void* grad_out, void* grad_in) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.H * a.W + a.OH * a.OW * a.kH * a.kW, [&](int64_t p) {
+      std::vector<C> acc(static_cast<size_t>(a.H * a.W), C(0));
+      const T* g = static_cast<const T*>(grad_out) + p * a.OH * a.OW;
+      for (int64_t oh = 0; oh < a.OH; ++oh)
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          const AvgWindow w = avg_window(a, oh, ow, count_include_pad, divisor_override);
+          if (!w.divisor) continue;
+          const C v = static_cast<C>(g[oh * a.OW + ow]) / static_cast<C>(w.divisor);
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t ww = w.w0; ww < w.w1; ++ww) acc[static_cast<size_t>(h * a.W + ww)] += v;
+        }
+      T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
+      for (int64_t i = 0; i < a.H * a.W; ++i) gi[i] = T(acc[static_cast<size_t>(i)]);
+    });
+  });
+}
+
+void adaptive_avg_pool2d_forward(const Pool2dArgs& a, const void* in, void* out) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.H * a.W, [&](int64_t p) {
+      const T* x = static_cast<const T*>(in) + p * a.H * a.W;
+      T* y = static_cast<T*>(out) + p * a.OH * a.OW;
+      for (int64_t oh = 0; oh < a.OH; ++oh) {
+        const int64_t h0 = start_index(oh, a.H, a.OH), h1 = end_index(oh, a.H, a.OH);
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          const int64_t w0 = start_index(ow, a.W, a.OW), w1 = end_index(ow, a.W, a.OW);
+          C s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += static_cast<C>(x[h * a.W + w]);
+          y[oh * a.OW + ow] = T(s / static_cast<C>((h1 - h0) * (w1 - w0)));
+        }
+      }
+    });
+  });
+}
+
+void adaptive_avg_pool2d_backward(const Pool2dArgs& a, const void* grad_out, void* grad_in) {
+  dispatch_pool(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using C = Acc<T>;
+    over_planes(a, a.H * a.W, [&](int64_t p) {
+      std::vector<C> acc(static_cast<size_t>(a.H * a.W), C(0));
+      const T* g = static_cast<const T*>(grad_out) + p * a.OH * a.OW;
+      for (int64_t oh = 0; oh < a.OH; ++oh) {
+        const int64_t h0 = start_index(oh, a.H, a.OH), h1 = end_index(oh, a.H, a.OH);
+        for (int64_t ow = 0; ow < a.OW; ++ow) {
+          const int64_t w0 = start_index(ow, a.W, a.OW), w1 = end_index(ow, a.W, a.OW);
+          const C v = static_cast<C>(g[oh * a.OW + ow]) / static_cast<C>((h1 - h0) * (w1 - w0));
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) acc[static_cast<size_t>(h * a.W + w)] += v;
+        }
+      }
+      T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
+      for (int64_t i = 0; i < a.H * a.W; ++i) gi[i] = T(acc[static_cast<size_t>(i)]);
+    });
+  });
+}
+
+}  // namespace neuron::kernels
