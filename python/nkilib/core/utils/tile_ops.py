@@ -260,10 +260,11 @@ def rmsnorm_tok(xs, T: int, H: int, gamma_b, eps: float, out, hidden_actual: int
 # RoPE
 
 
-def rope_tok(dst, x, cos, sin, T: int, nh: int, d: int, name: str = "rope") -> None:
+def rope_tok(dst, x, cos, sin, T: int, nh: int, d: int, name: str = "rope", backward: bool = False) -> None:
     """Rotate-half RoPE on a tok tile: x, dst [T, nh * d] (views), cos/sin [T, d/2] (the same
     table for both halves, Llama style) or [T, d] (Hugging Face style). Math in fp32:
-    out1 = x1 * c1 - x2 * s1, out2 = x2 * c2 + x1 * s2."""
+    out1 = x1 * c1 - x2 * s1, out2 = x2 * c2 + x1 * s2 (backward: the inverse rotation,
+    out1 = x1 * c1 + x2 * s2, out2 = x2 * c2 - x1 * s1)."""
     h = d // 2
     x3 = x.reshape((T, nh, d))
     o3 = dst.reshape((T, nh, d))
@@ -275,13 +276,15 @@ def rope_tok(dst, x, cos, sin, T: int, nh: int, d: int, name: str = "rope") -> N
     a = nl.ndarray((T, nh, h), nl.float32, buffer=nl.sbuf, name=name + "_a")
     b = nl.ndarray((T, nh, h), nl.float32, buffer=nl.sbuf, name=name + "_b")
     x1, x2 = x3[0:T, :, 0:h], x3[0:T, :, h:d]
+    if backward:
+        s1, s2 = s2, s1
     nisa.tensor_tensor(dst=a, data1=x1, data2=c1, op=nl.multiply)
     nisa.tensor_tensor(dst=b, data1=x2, data2=s1, op=nl.multiply)
     o1 = nl.ndarray((T, nh, h), o3.dtype, buffer=nl.sbuf, name=name + "_o1") if x3._b is o3._b else None
-    nisa.tensor_tensor(dst=o1 if o1 is not None else o3[0:T, :, 0:h], data1=a, data2=b, op=nl.subtract)
+    nisa.tensor_tensor(dst=o1 if o1 is not None else o3[0:T, :, 0:h], data1=a, data2=b, op=nl.add if backward else nl.subtract)
     nisa.tensor_tensor(dst=a, data1=x2, data2=c2, op=nl.multiply)
     nisa.tensor_tensor(dst=b, data1=x1, data2=s2, op=nl.multiply)
-    nisa.tensor_tensor(dst=o3[0:T, :, h:d], data1=a, data2=b, op=nl.add)
+    nisa.tensor_tensor(dst=o3[0:T, :, h:d], data1=a, data2=b, op=nl.subtract if backward else nl.add)
     if o1 is not None:  # in place: the first half could only be written after x1 was consumed
         nisa.tensor_copy(dst=o3[0:T, :, 0:h], src=o1)
 
