@@ -119,25 +119,43 @@ def store_hT(out2d, xT):
 # Weights
 
 
-def load_wT(w, layout: WeightLayout, K: int, n0: int, nsz: int, dtype, name: str = "wT"):
+def row_chunks(K: int, unit: int | None = None) -> list:
+    """Contraction chunks of K rows: 128-row blocks, or whole `unit`-row groups packed into
+    <= 128 rows when a chunk must not split a group (e.g. attention heads of d rows)."""
+    if unit is None or P % unit == 0:
+        return [(t.start, t.size) for t in chunks(K)]
+    per = max(1, P // unit)
+    return [(s, min(per * unit, K - s)) for s in range(0, K, per * unit)]
+
+
+def load_wT(w, layout: WeightLayout, K: int, n0: int, nsz: int, dtype, name: str = "wT", rows=None):
     """Columns [n0, n0 + nsz) of the [K, N] (in, out) matrix of weight `w` as wT [128, KC, nsz].
-    `w` is [K, N] (IN_OUT) or [N, K] (OUT_IN, e.g. nn.Linear.weight: DMA transpose)."""
-    KF, rem = divmod(K, P)
-    t = nl.ndarray((P, div_ceil(K, P), nsz), dtype, buffer=nl.sbuf, name=name)
-    if layout == WeightLayout.IN_OUT:
-        if KF:
-            nisa.dma_copy(
-                dst=t[:, 0:KF, :], src=w[0 : KF * P, n0 : n0 + nsz].reshape((KF, P, nsz)).permute(1, 0, 2)
-            )
-        if rem:
-            nisa.dma_copy(dst=t[0:rem, KF, :], src=w[KF * P : K, n0 : n0 + nsz])
-    else:
-        if KF:
-            nisa.dma_transpose(
-                dst=t[:, 0:KF, :], src=w[n0 : n0 + nsz, 0 : KF * P].reshape((nsz, KF, P)), axes=(2, 1, 0)
-            )
-        if rem:
-            nisa.dma_transpose(dst=t[0:rem, KF, :], src=w[n0 : n0 + nsz, KF * P : K], axes=(1, 0))
+    `w` is [K, N] (IN_OUT) or [N, K] (OUT_IN, e.g. nn.Linear.weight: DMA transpose).
+    `rows`: contraction chunks [(k0, size), ...] (default: 128-row blocks)."""
+    if rows is None or rows == row_chunks(K):
+        KF, rem = divmod(K, P)
+        t = nl.ndarray((P, div_ceil(K, P), nsz), dtype, buffer=nl.sbuf, name=name)
+        if layout == WeightLayout.IN_OUT:
+            if KF:
+                nisa.dma_copy(
+                    dst=t[:, 0:KF, :], src=w[0 : KF * P, n0 : n0 + nsz].reshape((KF, P, nsz)).permute(1, 0, 2)
+                )
+            if rem:
+                nisa.dma_copy(dst=t[0:rem, KF, :], src=w[KF * P : K, n0 : n0 + nsz])
+        else:
+            if KF:
+                nisa.dma_transpose(
+                    dst=t[:, 0:KF, :], src=w[n0 : n0 + nsz, 0 : KF * P].reshape((nsz, KF, P)), axes=(2, 1, 0)
+                )
+            if rem:
+                nisa.dma_transpose(dst=t[0:rem, KF, :], src=w[n0 : n0 + nsz, KF * P : K], axes=(1, 0))
+        return t
+    t = nl.ndarray((P, len(rows), nsz), dtype, buffer=nl.sbuf, name=name)
+    for j, (k0, ks) in enumerate(rows):
+        if layout == WeightLayout.IN_OUT:
+            nisa.dma_copy(dst=t[0:ks, j, :], src=w[k0 : k0 + ks, n0 : n0 + nsz])
+        else:
+            nisa.dma_transpose(dst=t[0:ks, j, :], src=w[n0 : n0 + nsz, k0 : k0 + ks], axes=(1, 0))
     return t
 
 
@@ -177,10 +195,11 @@ def matmul_chain(ps, pairs) -> None:
         nisa.nc_matmul(dst=ps, stationary=s, moving=m, accumulate=i > 0)
 
 
-def proj_tok(ps, xT, wT, K: int, c0: int = 0, csz: int | None = None) -> None:
+def proj_tok(ps, xT, wT, K: int, c0: int = 0, csz: int | None = None, rows=None) -> None:
     """Token-major projection: ps [T, csz] = x @ W[:, c0:c0+csz] (x as hT, W as wT), csz <= 512."""
     n = csz if csz is not None else wT.shape[2]
-    matmul_chain(ps, [(xT[0 : t.size, t.index, :], wT[0 : t.size, t.index, c0 : c0 + n]) for t in chunks(K)])
+    rc = rows if rows is not None else row_chunks(K)
+    matmul_chain(ps, [(xT[0:ks, j, :], wT[0:ks, j, c0 : c0 + n]) for j, (_, ks) in enumerate(rc)])
 
 
 def proj_T(ps, wT, c0: int, msz: int, xT, K: int) -> None:
