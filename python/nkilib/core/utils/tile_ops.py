@@ -202,9 +202,10 @@ def proj_tok(ps, xT, wT, K: int, c0: int = 0, csz: int | None = None, rows=None)
     matmul_chain(ps, [(xT[0:ks, j, :], wT[0:ks, j, c0 : c0 + n]) for j, (_, ks) in enumerate(rc)])
 
 
-def proj_T(ps, wT, c0: int, msz: int, xT, K: int) -> None:
+def proj_T(ps, wT, c0: int, msz: int, xT, K: int, rows=None) -> None:
     """Transposed projection: ps [msz, T] = (x @ W[:, c0:c0+msz]).T, msz <= 128."""
-    matmul_chain(ps, [(wT[0 : t.size, t.index, c0 : c0 + msz], xT[0 : t.size, t.index, :]) for t in chunks(K)])
+    rc = rows if rows is not None else row_chunks(K)
+    matmul_chain(ps, [(wT[0:ks, j, c0 : c0 + msz], xT[0:ks, j, :]) for j, (_, ks) in enumerate(rc)])
 
 
 # ---------------------------------------------------------------------------------------------
