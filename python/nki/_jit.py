@@ -524,7 +524,7 @@ def _want_check(traced: TracedKernel, force: bool | None) -> bool:
     mode = _check_mode()
     if mode == "never":
         return False
-    if mode == "always" or traced.programs and any(p.dynamic for p in traced.programs):
+    if mode == "always" or traced.programs and any(p.needs_recheck for p in traced.programs):
         return True
     return not traced.checked
 
