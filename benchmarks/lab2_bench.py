@@ -39,17 +39,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB2 = os.path.join(REPO, "examples", "lab2")
 sys.path.insert(0, LAB2)
 
-from llama_base.config import SIZES  # noqa: E402
-from nkilib.core.attention.attention_tkg import attention_tkg  # noqa: E402
-from nkilib.core.attention.kv_cache import update_kv_cache  # noqa: E402
-from nkilib.core.embeddings.rope_hf import rope_hf  # noqa: E402
-from nkilib.core.mlp.mlp import mlp  # noqa: E402
-from nkilib.core.qkv.qkv import qkv  # noqa: E402
-from nkilib.core.rmsnorm.rmsnorm import rmsnorm  # noqa: E402
-from nkilib.core.utils.common_types import WeightLayout  # noqa: E402
-from nkilib.experimental.transformer.transformer_tkg import transformer_tkg  # noqa: E402
+from llama_base.config import SIZES
+from nkilib.core.attention.attention_tkg import attention_tkg
+from nkilib.core.attention.kv_cache import update_kv_cache
+from nkilib.core.embeddings.rope_hf import rope_hf
+from nkilib.core.mlp.mlp import mlp
+from nkilib.core.qkv.qkv import qkv
+from nkilib.core.rmsnorm.rmsnorm import rmsnorm
+from nkilib.core.utils.common_types import WeightLayout
+from nkilib.experimental.transformer.transformer_tkg import transformer_tkg
 
-VARIANTS = {"base": "llama_base.llama", "core": "llama_nki_core.llama_nki", "experimental": "llama_nki_experimental.llama_nki"}
+VARIANTS = {
+    "base": "llama_base.llama",
+    "core": "llama_nki_core.llama_nki",
+    "experimental": "llama_nki_experimental.llama_nki",
+}
 OUT_IN = WeightLayout.OUT_IN
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +107,10 @@ def embedding_kernel(table, ids):
     for s in range(S):
         r = nisa.register_alloc()
         nisa.register_load(r, t[0:1, s : s + 1])
-        nisa.dma_copy(dst=out[0, s : s + 1, :], src=table.ap(pattern=[[D, 1], [1, D]], offset=0, scalar_offset=r, indirect_dim=0))
+        nisa.dma_copy(
+            dst=out[0, s : s + 1, :],
+            src=table.ap(pattern=[[D, 1], [1, D]], offset=0, scalar_offset=r, indirect_dim=0),
+        )
     return out
 
 
@@ -118,10 +125,18 @@ def linear(x, w):
 def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
     """Estimated Trainium2 microseconds of one decode step (B=1, S=1) per variant."""
     torch.manual_seed(0)
-    H, I, Hq, Hkv, d, L, V, Smax = (cfg.dim, cfg.ffn_dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.n_layers,
-                                    cfg.vocab_size, cfg.max_seq_len)
+    H, I, Hq, Hkv, d, L, V, Smax = (
+        cfg.dim,
+        cfg.ffn_dim,
+        cfg.n_heads,
+        cfg.n_kv_heads,
+        cfg.head_dim,
+        cfg.n_layers,
+        cfg.vocab_size,
+        cfg.max_seq_len,
+    )
     x = torch.randn(1, 1, H, dtype=dtype)
-    w = lambda o, i: torch.randn(o, i, dtype=dtype) / math.sqrt(i)  # noqa: E731
+    w = lambda o, i: torch.randn(o, i, dtype=dtype) / math.sqrt(i)
     wq, wk, wv, wo = w(Hq * d, H), w(Hkv * d, H), w(Hkv * d, H), w(H, Hq * d)
     wg, wu, wd = w(I, H), w(I, H), w(H, I)
     gamma = torch.ones(H, dtype=dtype)
@@ -138,8 +153,12 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "k_proj": linear(x, wk),
         "v_proj": linear(x, wv),
         "rope": nki.estimate(rope_hf, q=q, k=kv, cos=cos, sin=cos).total_us,
-        "cache_write": nki.estimate(update_kv_cache, k_cache=kc, v_cache=kc, k=kv, v=kv, position_ids=pid).total_us,
-        "attention": nki.estimate(attention_tkg, q=q, k_active=kv, v_active=kv, k_prior=kc, v_prior=kc, position_ids=pid).total_us,
+        "cache_write": nki.estimate(
+            update_kv_cache, k_cache=kc, v_cache=kc, k=kv, v=kv, position_ids=pid
+        ).total_us,
+        "attention": nki.estimate(
+            attention_tkg, q=q, k_active=kv, v_active=kv, k_prior=kc, v_prior=kc, position_ids=pid
+        ).total_us,
         "o_proj": linear(x, wo),
         "residual_add": nki.estimate(add_kernel, x, x).total_us,
         "gate_proj": linear(x, wg),
@@ -147,10 +166,23 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "silu_mul": nki.estimate(silu_mul_kernel, inter, inter).total_us,
         "down_proj": linear(inter, wd),
         "attention_tkg_with_cache_update": nki.estimate(
-            attention_tkg, q=q, k_active=kv, v_active=kv, k_prior=kc, v_prior=kc, position_ids=pid, update_cache=True
+            attention_tkg,
+            q=q,
+            k_active=kv,
+            v_active=kv,
+            k_prior=kc,
+            v_prior=kc,
+            position_ids=pid,
+            update_cache=True,
         ).total_us,
-        "nkilib_mlp": nki.estimate(mlp, hidden_tensor=x, gate_proj_weights_tensor=wg, up_proj_weights_tensor=wu,
-                                   down_proj_weights_tensor=wd, weight_layout=OUT_IN).total_us,
+        "nkilib_mlp": nki.estimate(
+            mlp,
+            hidden_tensor=x,
+            gate_proj_weights_tensor=wg,
+            up_proj_weights_tensor=wu,
+            down_proj_weights_tensor=wd,
+            weight_layout=OUT_IN,
+        ).total_us,
     }
     table = torch.randn(V, H, dtype=dtype) / 10
     shared = {
@@ -158,17 +190,53 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "final_norm": ops["rmsnorm"],
         "lm_head": linear(x, table),
     }
-    per_layer_base = (2 * ops["rmsnorm"] + ops["q_proj"] + ops["k_proj"] + ops["v_proj"] + ops["rope"] + ops["cache_write"]
-                      + ops["attention"] + ops["o_proj"] + 2 * ops["residual_add"] + ops["gate_proj"] + ops["up_proj"]
-                      + ops["silu_mul"] + ops["down_proj"])
-    per_layer_core = (2 * ops["rmsnorm"] + ops["q_proj"] + ops["k_proj"] + ops["v_proj"] + ops["rope"]
-                      + ops["attention_tkg_with_cache_update"] + ops["o_proj"] + 2 * ops["residual_add"] + ops["nkilib_mlp"])
-    layers = dict(
-        W_qkvs=[(wq, wk, wv)] * L, W_outs=[wo] * L, W_gates=[wg] * L, W_ups=[wu] * L, W_downs=[wd] * L,
-        W_gamma_qkvs=[gamma] * L, W_gamma_mlps=[gamma] * L, K_caches=[kc] * L, V_caches=[kc] * L,
+    per_layer_base = (
+        2 * ops["rmsnorm"]
+        + ops["q_proj"]
+        + ops["k_proj"]
+        + ops["v_proj"]
+        + ops["rope"]
+        + ops["cache_write"]
+        + ops["attention"]
+        + ops["o_proj"]
+        + 2 * ops["residual_add"]
+        + ops["gate_proj"]
+        + ops["up_proj"]
+        + ops["silu_mul"]
+        + ops["down_proj"]
     )
-    mk = nki.estimate(nki.jit(transformer_tkg), X=x, RoPE_cos=torch.rand(Smax, d // 2), RoPE_sin=torch.rand(Smax, d // 2),
-                      position_ids=pid, num_layers=L, weight_layout=OUT_IN, **layers)
+    per_layer_core = (
+        2 * ops["rmsnorm"]
+        + ops["q_proj"]
+        + ops["k_proj"]
+        + ops["v_proj"]
+        + ops["rope"]
+        + ops["attention_tkg_with_cache_update"]
+        + ops["o_proj"]
+        + 2 * ops["residual_add"]
+        + ops["nkilib_mlp"]
+    )
+    layers = {
+        "W_qkvs": [(wq, wk, wv)] * L,
+        "W_outs": [wo] * L,
+        "W_gates": [wg] * L,
+        "W_ups": [wu] * L,
+        "W_downs": [wd] * L,
+        "W_gamma_qkvs": [gamma] * L,
+        "W_gamma_mlps": [gamma] * L,
+        "K_caches": [kc] * L,
+        "V_caches": [kc] * L,
+    }
+    mk = nki.estimate(
+        nki.jit(transformer_tkg),
+        X=x,
+        RoPE_cos=torch.rand(Smax, d // 2),
+        RoPE_sin=torch.rand(Smax, d // 2),
+        position_ids=pid,
+        num_layers=L,
+        weight_layout=OUT_IN,
+        **layers,
+    )
     common = sum(shared.values())
     steps = {
         "base": L * per_layer_base + common,
@@ -179,8 +247,11 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "ops_us": ops,
         "shared_us": shared,
         "layers_us": {"base": L * per_layer_base, "core": L * per_layer_core, "experimental": mk.total_us},
-        "megakernel": {"instructions": mk.instructions, "hbm_bytes": mk.hbm_read_bytes + mk.hbm_write_bytes,
-                       "utilization": mk.utilization},
+        "megakernel": {
+            "instructions": mk.instructions,
+            "hbm_bytes": mk.hbm_read_bytes + mk.hbm_write_bytes,
+            "utilization": mk.utilization,
+        },
         "step_us": steps,
         "tok_s": {k: 1e6 / v for k, v in steps.items()},
         "vs_base": {k: steps["base"] / v for k, v in steps.items()},
@@ -194,14 +265,45 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
 def run_variant(variant: str, size: str, tokens: int, warmup: int) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "run.py", "--model", variant, "--size", size, "--greedy", "--tokens", str(tokens),
-           "--warmup", str(warmup)]
-    r = subprocess.run(cmd, cwd=LAB2, env=env, capture_output=True, text=True, timeout=3600)
+    cmd = [
+        sys.executable,
+        "run.py",
+        "--model",
+        variant,
+        "--size",
+        size,
+        "--greedy",
+        "--tokens",
+        str(tokens),
+        "--warmup",
+        str(warmup),
+    ]
+    r = subprocess.run(cmd, cwd=LAB2, env=env, capture_output=True, text=True, timeout=3600, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
     tps = float(re.search(r"Throughput\s*:\s*([\d.]+) tok/s", r.stdout).group(1))
     ids = r.stdout.split("Generated IDs: ")[1].splitlines()[0]
     return {"tok_s": tps, "ids": ids}
+
+
+def _layers_step(model, h, pos, cos, sin, kc, vc):
+    """One decode step through model.layers (the base and core variants)."""
+
+    def step():
+        y = h
+        for i, layer in enumerate(model.layers):
+            y = layer(y, cos, sin, kc[i], vc[i], pos)
+        return y
+
+    return step
+
+
+def _megakernel_step(model, h, pos, cos, sin, kc, vc):
+    import nki_ops
+
+    st = model._stack()
+    eps = model.cfg.norm_eps
+    return lambda: nki_ops.nki_transformer(h, pos, cos, sin, kc, vc, *st, eps)
 
 
 def layer_stack_times(size: str, reps: int) -> dict:
@@ -218,38 +320,17 @@ def layer_stack_times(size: str, reps: int) -> dict:
         kc, vc = model.new_cache(1, dev, torch.bfloat16)
         h = torch.randn(1, 1, cfg.dim, dtype=torch.bfloat16, device=dev)
         pos = torch.tensor([8], dtype=torch.int32, device=dev)
+        make = _megakernel_step if variant == "experimental" else _layers_step
         with torch.no_grad():
-            if variant == "experimental":
-                import nki_ops
-
-                st = model._stack()
-
-                def step():
-                    return nki_ops.nki_transformer(h, pos, cos, sin, kc, vc, *st, cfg.norm_eps)
-            else:
-
-                def step():
-                    y = h
-                    for i, layer in enumerate(model.layers):
-                        y = layer(y, cos, sin, kc[i], vc[i], pos)
-                    return y
-
-            res[variant] = _time(step, dev, reps)
+            res[variant] = _time(make(model, h, pos, cos, sin, kc, vc), dev, reps)
         if variant == "base":  # PyTorch CPU peers on the same weights
             for dt in (torch.float32, torch.bfloat16):
                 cpu = model.to(device="cpu", dtype=dt)
-                ccos, csin = cos.cpu(), sin.cpu()
-                ckc, cvc = kc.cpu().to(dt), vc.cpu().to(dt)
-                ch, cpos = h.cpu().to(dt), pos.cpu()
+                args = (h.cpu().to(dt), pos.cpu(), cos.cpu(), sin.cpu(), kc.cpu().to(dt), vc.cpu().to(dt))
                 with torch.no_grad():
-
-                    def cstep(cpu=cpu):
-                        y = ch
-                        for i, layer in enumerate(cpu.layers):
-                            y = layer(y, ccos, csin, ckc[i], cvc[i], cpos)
-                        return y
-
-                    res[f"torch_cpu_{str(dt).split('.')[-1]}"] = _time(cstep, torch.device("cpu"), reps)
+                    res[f"torch_cpu_{str(dt).split('.')[-1]}"] = _time(
+                        _layers_step(cpu, *args), torch.device("cpu"), reps
+                    )
     return res
 
 
@@ -273,7 +354,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--skip-run", action="store_true", help="skip the run.py measurements (slow: CPU fallbacks)")
+    ap.add_argument(
+        "--skip-run", action="store_true", help="skip the run.py measurements (slow: CPU fallbacks)"
+    )
     args = ap.parse_args()
     cfg = SIZES[args.size]
 
@@ -305,9 +388,11 @@ def main() -> None:
         print(f"  {k:17} {v:9.2f} ms")
     print("Trainium2 estimate of one decode step (cost model, one NeuronCore, device time only):")
     for k in ("base", "core", "experimental"):
-        print(f"  {k:13} {est['step_us'][k]:8.1f} us  layers {est['layers_us'][k]:7.1f} us  "
-              f"= {est['tok_s'][k]:7.0f} tok/s  ({est['vs_base'][k]:.2f}x base; lab claims "
-              f"{ {'base': 1.0, 'core': 1.2, 'experimental': 1.5}[k]}x on hardware)")
+        print(
+            f"  {k:13} {est['step_us'][k]:8.1f} us  layers {est['layers_us'][k]:7.1f} us  "
+            f"= {est['tok_s'][k]:7.0f} tok/s  ({est['vs_base'][k]:.2f}x base; lab claims "
+            f"{ {'base': 1.0, 'core': 1.2, 'experimental': 1.5}[k] }x on hardware)"
+        )
     print(f"results: {path}")
 
 

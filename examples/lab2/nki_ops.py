@@ -87,7 +87,9 @@ def nki_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tens
 
 
 @nki_op("nkilib::rope", mutates_args={})
-def nki_rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def nki_rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate-half RoPE on q [B, Hq, S, D] and k [B, Hkv, S, D]; cos/sin [S, D/2] (the rows
     of this step's positions)."""
     return rope_kernel(q=q, k=k, cos=cos, sin=sin)
@@ -127,7 +129,12 @@ def nki_qkv_rope(
 
 @nki_op("nkilib::attention", mutates_args={"k_cache", "v_cache"})
 def nki_attn(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
 ) -> torch.Tensor:
     """Causal attention of q/k/v [B, H, S, D] over a static KV cache [B, Hkv, max_seq, D];
     writes k/v into the cache at positions pos (int32 [S], consecutive). Prefill (S > 1) runs
@@ -137,7 +144,13 @@ def nki_attn(
     start = pos[:1].reshape(1, 1)
     if S == 1:
         return attn_tkg_kernel(
-            q=q, k_active=k, v_active=v, k_prior=k_cache, v_prior=v_cache, position_ids=start, update_cache=True
+            q=q,
+            k_active=k,
+            v_active=v,
+            k_prior=k_cache,
+            v_prior=v_cache,
+            position_ids=start,
+            update_cache=True,
         )
     kv_update_kernel(k_cache=k_cache, v_cache=v_cache, k=k, v=v, position_ids=start)
     out = attn_cte_kernel(

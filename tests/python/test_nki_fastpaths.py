@@ -34,7 +34,9 @@ def transpose_load(w, rows, cols):
     return out
 
 
-@pytest.mark.parametrize("N,K,rows", [(2048, 512, 128), (37, 96, 32), (130, 128, 128), (8, 24, 8), (513, 256, 64)])
+@pytest.mark.parametrize(
+    "N,K,rows", [(2048, 512, 128), (37, 96, 32), (130, 128, 128), (8, 24, 8), (513, 256, 64)]
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_dma_transposes_match_numpy(N, K, rows, dtype):
     w = np.random.default_rng(N + K).standard_normal((N, K)).astype(dtype)
@@ -92,7 +94,9 @@ def thin_matmuls(a, b):
     return out
 
 
-@pytest.mark.parametrize("K,M,N", [(128, 128, 1), (128, 1, 512), (64, 128, 16), (100, 16, 200), (128, 17, 17)])
+@pytest.mark.parametrize(
+    "K,M,N", [(128, 128, 1), (128, 1, 512), (64, 128, 16), (100, 16, 200), (128, 17, 17)]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_thin_matmul_matches_gemm_path(K, M, N, dtype):
     a = torch.randn(K, M, dtype=dtype)

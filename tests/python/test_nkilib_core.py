@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import nki
+import nki.language as nl
 import pytest
 import torch
 from nkilib.core.attention.attention_cte import attention_cte
@@ -38,10 +40,13 @@ from nkilib.core.qkv.qkv_torch import qkv_torch_ref
 from nkilib.core.rmsnorm.rmsnorm import rmsnorm
 from nkilib.core.subkernels.rmsnorm_tkg import rmsnorm_tkg
 from nkilib.core.subkernels.rmsnorm_torch import rmsnorm_tkg_torch, rmsnorm_torch
-from nkilib.core.utils.common_types import ActFnType, NormType, QKVOutputLayout, QuantizationType, WeightLayout
-
-import nki
-import nki.language as nl
+from nkilib.core.utils.common_types import (
+    ActFnType,
+    NormType,
+    QKVOutputLayout,
+    QuantizationType,
+    WeightLayout,
+)
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -116,7 +121,11 @@ def test_rmsnorm_tkg_needs_multiple_of_128():
 
 def _mlp_weights(H, I, dtype, layout=WeightLayout.IN_OUT):
     g, u, d = rnd(H, I, scale=H**-0.5), rnd(H, I, scale=H**-0.5), rnd(I, H, scale=I**-0.5)
-    ref = dict(gate_proj_weights_tensor=g.to(dtype), up_proj_weights_tensor=u.to(dtype), down_proj_weights_tensor=d.to(dtype))
+    ref = {
+        "gate_proj_weights_tensor": g.to(dtype),
+        "up_proj_weights_tensor": u.to(dtype),
+        "down_proj_weights_tensor": d.to(dtype),
+    }
     if layout == WeightLayout.IN_OUT:
         return ref, dict(ref)
     kern = {k: v.T.contiguous() for k, v in ref.items()}
@@ -126,8 +135,14 @@ def _mlp_weights(H, I, dtype, layout=WeightLayout.IN_OUT):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "B,S,H,I,force_cte",
-    [(1, 1, 512, 2048, False), (1, 8, 512, 2048, True), (4, 1, 512, 2048, False), (2, 3, 300, 200, False),
-     (1, 200, 384, 640, False), (3, 50, 128, 256, False)],
+    [
+        (1, 1, 512, 2048, False),
+        (1, 8, 512, 2048, True),
+        (4, 1, 512, 2048, False),
+        (2, 3, 300, 200, False),
+        (1, 200, 384, 640, False),
+        (3, 50, 128, 256, False),
+    ],
 )
 @pytest.mark.parametrize("layout", [WeightLayout.IN_OUT, WeightLayout.OUT_IN])
 def test_mlp(dtype, B, S, H, I, force_cte, layout):
@@ -145,19 +160,19 @@ def test_mlp_fused_add_rmsnorm_biases_clamps(dtype, S):
     B, H, I = 2, 256, 384
     x, res = rnd(B, S, H, dtype=dtype), rnd(B, S, H, dtype=dtype)
     ref_w, w = _mlp_weights(H, I, dtype)
-    extra = dict(
-        normalization_weights_tensor=rnd(1, H, dtype=dtype),
-        gate_proj_bias_tensor=rnd(1, I, dtype=dtype, scale=0.1),
-        up_proj_bias_tensor=rnd(1, I, dtype=dtype, scale=0.1),
-        down_proj_bias_tensor=rnd(1, H, dtype=dtype, scale=0.1),
-        fused_add_tensor=res,
-        store_fused_add_result=True,
-        normalization_type=NormType.RMS_NORM,
-        activation_fn=ActFnType.GELU_Tanh_Approx,
-        eps=1e-5,
-        gate_clamp_upper_limit=1.0,
-        up_clamp_lower_limit=-0.5,
-    )
+    extra = {
+        "normalization_weights_tensor": rnd(1, H, dtype=dtype),
+        "gate_proj_bias_tensor": rnd(1, I, dtype=dtype, scale=0.1),
+        "up_proj_bias_tensor": rnd(1, I, dtype=dtype, scale=0.1),
+        "down_proj_bias_tensor": rnd(1, H, dtype=dtype, scale=0.1),
+        "fused_add_tensor": res,
+        "store_fused_add_result": True,
+        "normalization_type": NormType.RMS_NORM,
+        "activation_fn": ActFnType.GELU_Tanh_Approx,
+        "eps": 1e-5,
+        "gate_clamp_upper_limit": 1.0,
+        "up_clamp_lower_limit": -0.5,
+    }
     ref = mlp_torch_ref(hidden_tensor=x, **ref_w, **extra)
     for out, added in twice(mlp, hidden_tensor=x, **w, **extra):
         close(out, ref["out"], dtype)
@@ -184,7 +199,11 @@ def test_mlp_grid_of_two(S):
 def test_mlp_on_neuron_device():
     x = rnd(1, 1, 512, dtype=torch.bfloat16)
     ref_w, w = _mlp_weights(512, 2048, torch.bfloat16, WeightLayout.OUT_IN)
-    out = mlp(hidden_tensor=x.to("neuron"), weight_layout=WeightLayout.OUT_IN, **{k: v.to("neuron") for k, v in w.items()})
+    out = mlp(
+        hidden_tensor=x.to("neuron"),
+        weight_layout=WeightLayout.OUT_IN,
+        **{k: v.to("neuron") for k, v in w.items()},
+    )
     assert out[0].device.type == "neuron"
     close(out[0], mlp_torch_ref(hidden_tensor=x, **ref_w)["out"], torch.bfloat16)
 
@@ -195,8 +214,12 @@ def test_mlp_rejects_bad_arguments():
     with pytest.raises(AssertionError, match="quantization"):
         mlp(hidden_tensor=x, quantization_type=QuantizationType.ROW, **w)
     with pytest.raises(AssertionError, match=r"down_proj_weights_tensor \(128, 256\) does not match"):
-        mlp(hidden_tensor=x, gate_proj_weights_tensor=w["gate_proj_weights_tensor"],
-            up_proj_weights_tensor=w["up_proj_weights_tensor"], down_proj_weights_tensor=w["down_proj_weights_tensor"].T)
+        mlp(
+            hidden_tensor=x,
+            gate_proj_weights_tensor=w["gate_proj_weights_tensor"],
+            up_proj_weights_tensor=w["up_proj_weights_tensor"],
+            down_proj_weights_tensor=w["down_proj_weights_tensor"].T,
+        )
     with pytest.raises(AssertionError, match="RMS_NORM needs normalization_weights_tensor"):
         mlp(hidden_tensor=x, normalization_type=NormType.RMS_NORM, **w)
 
@@ -217,7 +240,9 @@ def test_mlp_decode_estimate_is_dma_bound():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,Hq,Hkv,S,d,half", [(1, 8, 8, 1, 64, True), (1, 8, 8, 8, 64, False), (2, 4, 2, 130, 32, True)])
+@pytest.mark.parametrize(
+    "B,Hq,Hkv,S,d,half", [(1, 8, 8, 1, 64, True), (1, 8, 8, 8, 64, False), (2, 4, 2, 130, 32, True)]
+)
 @pytest.mark.parametrize("backward", [False, True])
 def test_rope_hf(dtype, B, Hq, Hkv, S, d, half, backward):
     q, k = rnd(B, Hq, S, d, dtype=dtype), rnd(B, Hkv, S, d, dtype=dtype)
@@ -239,7 +264,7 @@ def test_rope_hf_writes_given_outputs_and_packed_cache():
     qo, ko = torch.empty_like(q), torch.empty_like(k)
     rq, rk = rope_hf(q=q, k=k, q_out=qo, k_out=ko, rope_cache=torch.cat([ang.cos(), ang.sin()], -1))
     assert rq is qo and rk is ko
-    eq, ek = rope_hf_torch(q, k, ang.cos(), ang.sin())
+    eq, _ek = rope_hf_torch(q, k, ang.cos(), ang.sin())
     torch.testing.assert_close(qo, eq, rtol=1e-6, atol=1e-6)
 
 
@@ -259,10 +284,12 @@ def test_rope_head_dim_major(dtype, contiguous):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "B,S,H,nq,nkv,d,layout,out_layout",
-    [(1, 1, 512, 8, 8, 64, WeightLayout.OUT_IN, QKVOutputLayout.BSD),
-     (1, 8, 512, 8, 8, 64, WeightLayout.OUT_IN, QKVOutputLayout.NBSd),
-     (2, 5, 300, 4, 2, 32, WeightLayout.IN_OUT, QKVOutputLayout.NBSd),
-     (1, 130, 256, 2, 1, 64, WeightLayout.IN_OUT, QKVOutputLayout.NBdS)],
+    [
+        (1, 1, 512, 8, 8, 64, WeightLayout.OUT_IN, QKVOutputLayout.BSD),
+        (1, 8, 512, 8, 8, 64, WeightLayout.OUT_IN, QKVOutputLayout.NBSd),
+        (2, 5, 300, 4, 2, 32, WeightLayout.IN_OUT, QKVOutputLayout.NBSd),
+        (1, 130, 256, 2, 1, 64, WeightLayout.IN_OUT, QKVOutputLayout.NBdS),
+    ],
 )
 def test_qkv_fused_norm_rope(dtype, B, S, H, nq, nkv, d, layout, out_layout):
     x = rnd(B, S, H, dtype=dtype)
@@ -270,10 +297,23 @@ def test_qkv_fused_norm_rope(dtype, B, S, H, nq, nkv, d, layout, out_layout):
     wq, wk, wv = (rnd(n * d, H, dtype=dtype, scale=H**-0.5) for n in (nq, nkv, nkv))
     ws = (wq, wk, wv) if layout == WeightLayout.OUT_IN else torch.cat([wq, wk, wv], 0).T.contiguous()
     ang = torch.rand(B, S, d // 2) * 6
-    kw = dict(fused_qkv_weights=ws, output_layout=out_layout, bias=rnd(1, I, dtype=dtype, scale=0.1),
-              fused_residual_add=True, mlp_prev=rnd(B, S, H, dtype=dtype), attention_prev=rnd(B, S, H, dtype=dtype),
-              fused_norm_type=NormType.RMS_NORM, gamma_norm_weights=rnd(1, H, dtype=dtype), fused_rope=True,
-              cos_cache=ang.cos(), sin_cache=ang.sin(), d_head=d, num_q_heads=nq, num_kv_heads=nkv, weight_layout=layout)
+    kw = {
+        "fused_qkv_weights": ws,
+        "output_layout": out_layout,
+        "bias": rnd(1, I, dtype=dtype, scale=0.1),
+        "fused_residual_add": True,
+        "mlp_prev": rnd(B, S, H, dtype=dtype),
+        "attention_prev": rnd(B, S, H, dtype=dtype),
+        "fused_norm_type": NormType.RMS_NORM,
+        "gamma_norm_weights": rnd(1, H, dtype=dtype),
+        "fused_rope": True,
+        "cos_cache": ang.cos(),
+        "sin_cache": ang.sin(),
+        "d_head": d,
+        "num_q_heads": nq,
+        "num_kv_heads": nkv,
+        "weight_layout": layout,
+    }
     ref = qkv_torch_ref(input=x, **kw)
     for out in twice(qkv, input=x, **kw):
         close(out, ref, dtype)
@@ -291,8 +331,13 @@ def test_qkv_plain_projection():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "B,Hq,Hkv,S,d,Sp,pos",
-    [(1, 8, 8, 1, 64, 256, [9]), (1, 8, 8, 1, 64, 256, [0]), (2, 4, 2, 3, 32, 40, [5, 17]),
-     (3, 2, 1, 2, 128, 300, [298, 0, 150]), (4, 8, 8, 1, 64, 256, [255, 1, 64, 200])],
+    [
+        (1, 8, 8, 1, 64, 256, [9]),
+        (1, 8, 8, 1, 64, 256, [0]),
+        (2, 4, 2, 3, 32, 40, [5, 17]),
+        (3, 2, 1, 2, 128, 300, [298, 0, 150]),
+        (4, 8, 8, 1, 64, 256, [255, 1, 64, 200]),
+    ],
 )
 def test_attention_tkg_with_cache_update(dtype, B, Hq, Hkv, S, d, Sp, pos):
     q, ka, va = rnd(B, Hq, S, d, dtype=dtype), rnd(B, Hkv, S, d, dtype=dtype), rnd(B, Hkv, S, d, dtype=dtype)
@@ -302,7 +347,9 @@ def test_attention_tkg_with_cache_update(dtype, B, Hq, Hkv, S, d, Sp, pos):
     ref, rk, rv = attention_tkg_torch(q, ka, va, kp, vp, pid, update_cache=pos_ok)
     for _ in range(2):
         kc, vc = kp.clone(), vp.clone()
-        out = attention_tkg(q=q, k_active=ka, v_active=va, k_prior=kc, v_prior=vc, position_ids=pid, update_cache=pos_ok)
+        out = attention_tkg(
+            q=q, k_active=ka, v_active=va, k_prior=kc, v_prior=vc, position_ids=pid, update_cache=pos_ok
+        )
         close(out, ref, dtype)
         if pos_ok:
             torch.testing.assert_close(kc, rk, rtol=0, atol=0)
@@ -313,8 +360,15 @@ def test_attention_tkg_cache_write_out_of_bounds_is_a_runtime_error():
     q, ka, va = rnd(1, 2, 2, 32), rnd(1, 2, 2, 32), rnd(1, 2, 2, 32)
     kc, vc = rnd(1, 2, 16, 32), rnd(1, 2, 16, 32)
     with pytest.raises(AssertionError, match="outside the tensor"):
-        attention_tkg(q=q, k_active=ka, v_active=va, k_prior=kc, v_prior=vc,
-                      position_ids=torch.tensor([[15]], dtype=torch.int32), update_cache=True)
+        attention_tkg(
+            q=q,
+            k_active=ka,
+            v_active=va,
+            k_prior=kc,
+            v_prior=vc,
+            position_ids=torch.tensor([[15]], dtype=torch.int32),
+            update_cache=True,
+        )
 
 
 def test_attention_tkg_without_cache():
@@ -326,18 +380,25 @@ def test_attention_tkg_without_cache():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "bs,bkv,sq,d,sp,used,causal,tpq,tpk,tpo",
-    [(8, 8, 8, 64, 256, 0, True, True, True, False), (8, 8, 8, 64, 256, 5, True, True, True, False),
-     (4, 2, 300, 32, 0, 0, True, True, False, False), (2, 1, 130, 64, 50, 17, True, False, True, True),
-     (3, 3, 600, 16, 0, 0, False, True, True, False)],
+    [
+        (8, 8, 8, 64, 256, 0, True, True, True, False),
+        (8, 8, 8, 64, 256, 5, True, True, True, False),
+        (4, 2, 300, 32, 0, 0, True, True, False, False),
+        (2, 1, 130, 64, 50, 17, True, False, True, True),
+        (3, 3, 600, 16, 0, 0, False, True, True, False),
+    ],
 )
 def test_attention_cte(dtype, bs, bkv, sq, d, sp, used, causal, tpq, tpk, tpo):
     q = rnd(bs, sq, d, dtype=dtype) if tpq else rnd(bs, d, sq, dtype=dtype)
     k = rnd(bkv, sq, d, dtype=dtype) if tpk else rnd(bkv, d, sq, dtype=dtype)
     v = rnd(bkv, sq, d, dtype=dtype)
-    kw = dict(scale=1 / math.sqrt(d), causal_mask=causal, tp_q=tpq, tp_k=tpk, tp_out=tpo)
+    kw = {"scale": 1 / math.sqrt(d), "causal_mask": causal, "tp_q": tpq, "tp_k": tpk, "tp_out": tpo}
     if sp:
-        kw.update(k_prior=rnd(bkv, sp, d, dtype=dtype) if tpk else rnd(bkv, d, sp, dtype=dtype),
-                  v_prior=rnd(bkv, sp, d, dtype=dtype), prior_used_len=torch.tensor([used], dtype=torch.int32))
+        kw.update(
+            k_prior=rnd(bkv, sp, d, dtype=dtype) if tpk else rnd(bkv, d, sp, dtype=dtype),
+            v_prior=rnd(bkv, sp, d, dtype=dtype),
+            prior_used_len=torch.tensor([used], dtype=torch.int32),
+        )
     ref = attention_cte_torch(q, k, v, **kw)
     for out in twice(attention_cte, q=q, k=k, v=v, **kw):
         close(out, ref, dtype)
@@ -355,7 +416,9 @@ def test_attention_cte_grid_and_neuron_device():
 def test_update_kv_cache():
     k, v = rnd(2, 3, 4, 8), rnd(2, 3, 4, 8)
     kc, vc = torch.zeros(3, 3, 16, 8), torch.zeros(3, 3, 16, 8)
-    update_kv_cache(k_cache=kc, v_cache=vc, k=k, v=v, position_ids=torch.tensor([[5], [12]], dtype=torch.int32))
+    update_kv_cache(
+        k_cache=kc, v_cache=vc, k=k, v=v, position_ids=torch.tensor([[5], [12]], dtype=torch.int32)
+    )
     ek, ev = torch.zeros_like(kc), torch.zeros_like(vc)
     ek[0, :, 5:9], ek[1, :, 12:16], ev[0, :, 5:9], ev[1, :, 12:16] = k[0], k[1], v[0], v[1]
     assert torch.equal(kc, ek) and torch.equal(vc, ev)
@@ -368,15 +431,20 @@ def test_update_kv_cache():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "D,B,N,S,H,layout,tr",
-    [(64, 1, 8, 1, 512, WeightLayout.OUT_IN, False), (32, 2, 3, 2, 256, WeightLayout.IN_OUT, True),
-     (48, 1, 5, 3, 200, WeightLayout.IN_OUT, False)],
+    [
+        (64, 1, 8, 1, 512, WeightLayout.OUT_IN, False),
+        (32, 2, 3, 2, 256, WeightLayout.IN_OUT, True),
+        (48, 1, 5, 3, 200, WeightLayout.IN_OUT, False),
+    ],
 )
 def test_output_projection(dtype, D, B, N, S, H, layout, tr):
     a = rnd(D, B, N, S, dtype=dtype)
     w = rnd(N * D, H, dtype=dtype, scale=(N * D) ** -0.5)
     bias = rnd(1, H, dtype=dtype)
     wl = w.T.contiguous() if layout == WeightLayout.OUT_IN else w
-    for out in twice(output_projection_tkg, attention=a, weight=wl, bias=bias, TRANSPOSE_OUT=tr, weight_layout=layout):
+    for out in twice(
+        output_projection_tkg, attention=a, weight=wl, bias=bias, TRANSPOSE_OUT=tr, weight_layout=layout
+    ):
         close(out, output_projection_tkg_torch(a, w, bias, tr), dtype)
     a2 = rnd(B, N, D, 150, dtype=dtype)
     for out in twice(output_projection_cte, attention=a2, weight=wl, bias=bias, weight_layout=layout):

@@ -40,15 +40,15 @@ def make_layers(L, H, Hq, Hkv, d, I, dtype, layout, fused_qkv=False):
         qkv = [w((Hq + 2 * Hkv) * d, H) for _ in range(L)]
     else:
         qkv = [(w(Hq * d, H), w(Hkv * d, H), w(Hkv * d, H)) for _ in range(L)]
-    return dict(
-        W_qkvs=qkv,
-        W_outs=[w(H, Hq * d) for _ in range(L)],
-        W_gates=[w(I, H) for _ in range(L)],
-        W_ups=[w(I, H) for _ in range(L)],
-        W_downs=[w(H, I) for _ in range(L)],
-        W_gamma_qkvs=[(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
-        W_gamma_mlps=[(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
-    )
+    return {
+        "W_qkvs": qkv,
+        "W_outs": [w(H, Hq * d) for _ in range(L)],
+        "W_gates": [w(I, H) for _ in range(L)],
+        "W_ups": [w(I, H) for _ in range(L)],
+        "W_downs": [w(H, I) for _ in range(L)],
+        "W_gamma_qkvs": [(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
+        "W_gamma_mlps": [(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
+    }
 
 
 CONFIGS = [
@@ -72,15 +72,35 @@ def test_transformer_tkg(dtype, cfg, gathered_rope):
     ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
     cos, sin = ang.cos(), ang.sin()
     pid = torch.tensor(pos, dtype=torch.int32).reshape(B, 1)
-    ref, rk, rv = transformer_tkg_torch(X, K_caches=Kc, V_caches=Vc, RoPE_cos=cos, RoPE_sin=sin, position_ids=pid,
-                                        num_layers=L, eps=1e-5, weight_layout=layout, **layers)
+    ref, rk, rv = transformer_tkg_torch(
+        X,
+        K_caches=Kc,
+        V_caches=Vc,
+        RoPE_cos=cos,
+        RoPE_sin=sin,
+        position_ids=pid,
+        num_layers=L,
+        eps=1e-5,
+        weight_layout=layout,
+        **layers,
+    )
     if gathered_rope:  # the library's layout: [d/2, B, S] values of the active tokens
         idx = pid.long() + torch.arange(S)
         cos, sin = cos[idx].permute(2, 0, 1).contiguous(), sin[idx].permute(2, 0, 1).contiguous()
     for _ in range(2):
         Kk, Vv = [k.clone() for k in Kc], [v.clone() for v in Vc]
-        out = megakernel(X=X, K_caches=Kk, V_caches=Vv, RoPE_cos=cos, RoPE_sin=sin, position_ids=pid, num_layers=L,
-                         eps=1e-5, weight_layout=layout, **layers)
+        out = megakernel(
+            X=X,
+            K_caches=Kk,
+            V_caches=Vv,
+            RoPE_cos=cos,
+            RoPE_sin=sin,
+            position_ids=pid,
+            num_layers=L,
+            eps=1e-5,
+            weight_layout=layout,
+            **layers,
+        )
         assert out.shape == (B, S, H) and out.dtype == dtype
         close(out, ref, dtype)
         for a, b in zip(Kk + Vv, rk + rv):
@@ -90,9 +110,21 @@ def test_transformer_tkg(dtype, cfg, gathered_rope):
 def test_transformer_tkg_is_not_decorated_and_checks_arguments():
     assert not isinstance(transformer_tkg, nki.Kernel)  # jit at the call site, as in the library
     with pytest.raises(AssertionError, match="position_ids is required"):
-        megakernel(X=torch.randn(1, 1, 128), W_qkvs=[], W_outs=[], W_gates=[], W_ups=[], W_downs=[],
-                   W_gamma_qkvs=[], W_gamma_mlps=[], K_caches=[torch.zeros(1, 1, 8, 32)], V_caches=[],
-                   RoPE_cos=torch.zeros(8, 16), RoPE_sin=torch.zeros(8, 16), num_layers=0)
+        megakernel(
+            X=torch.randn(1, 1, 128),
+            W_qkvs=[],
+            W_outs=[],
+            W_gates=[],
+            W_ups=[],
+            W_downs=[],
+            W_gamma_qkvs=[],
+            W_gamma_mlps=[],
+            K_caches=[torch.zeros(1, 1, 8, 32)],
+            V_caches=[],
+            RoPE_cos=torch.zeros(8, 16),
+            RoPE_sin=torch.zeros(8, 16),
+            num_layers=0,
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -107,13 +139,31 @@ def test_attention_block_tkg_matches_one_layer(dtype):
     Kc, Vc = torch.randn(B, Hkv, Smax, d).to(dtype), torch.randn(B, Hkv, Smax, d).to(dtype)
     ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
     pid = torch.tensor([[40]], dtype=torch.int32)
-    ref, rk, _ = transformer_tkg_torch(X, K_caches=[Kc], V_caches=[Vc], RoPE_cos=ang.cos(), RoPE_sin=ang.sin(),
-                                       position_ids=pid, num_layers=1, eps=1e-6, weight_layout=WeightLayout.OUT_IN,
-                                       **layers)
+    ref, rk, _ = transformer_tkg_torch(
+        X,
+        K_caches=[Kc],
+        V_caches=[Vc],
+        RoPE_cos=ang.cos(),
+        RoPE_sin=ang.sin(),
+        position_ids=pid,
+        num_layers=1,
+        eps=1e-6,
+        weight_layout=WeightLayout.OUT_IN,
+        **layers,
+    )
     kc, vc = Kc.clone(), Vc.clone()
-    (out,) = attention_block_tkg(X=X, W_qkv=layers["W_qkvs"][0], W_out=layers["W_outs"][0], K_cache=kc, V_cache=vc,
-                                 cos=ang.cos(), sin=ang.sin(), kv_cache_update_idx=pid,
-                                 rmsnorm_X_gamma=layers["W_gamma_qkvs"][0], weight_layout=WeightLayout.OUT_IN)
+    (out,) = attention_block_tkg(
+        X=X,
+        W_qkv=layers["W_qkvs"][0],
+        W_out=layers["W_outs"][0],
+        K_cache=kc,
+        V_cache=vc,
+        cos=ang.cos(),
+        sin=ang.sin(),
+        kv_cache_update_idx=pid,
+        rmsnorm_X_gamma=layers["W_gamma_qkvs"][0],
+        weight_layout=WeightLayout.OUT_IN,
+    )
     close(X + out, ref, dtype)
     close(kc, rk[0], dtype)
 
@@ -129,18 +179,44 @@ def test_megakernel_estimate_beats_separate_kernels():
     dt = torch.bfloat16
     layers = make_layers(L, H, Hq, Hkv, d, I, dt, WeightLayout.OUT_IN)
     X = torch.randn(B, S, H).to(dt)
-    caches = dict(K_caches=[torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L, V_caches=[torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L)
+    caches = {
+        "K_caches": [torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L,
+        "V_caches": [torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L,
+    }
     ang = torch.zeros(Smax, d // 2)
     pid = torch.tensor([[7]], dtype=torch.int32)
-    mk = nki.estimate(megakernel, X=X, RoPE_cos=ang, RoPE_sin=ang, position_ids=pid, num_layers=L,
-                      weight_layout=WeightLayout.OUT_IN, **caches, **layers)
+    mk = nki.estimate(
+        megakernel,
+        X=X,
+        RoPE_cos=ang,
+        RoPE_sin=ang,
+        position_ids=pid,
+        num_layers=L,
+        weight_layout=WeightLayout.OUT_IN,
+        **caches,
+        **layers,
+    )
     q = torch.zeros(B, Hq, S, d, dtype=dt)
     sep = 0.0
     for i in range(L):
-        sep += nki.estimate(qkv, input=X, fused_qkv_weights=layers["W_qkvs"][i], weight_layout=WeightLayout.OUT_IN).total_us
-        sep += nki.estimate(attention_tkg, q=q, k_active=q, v_active=q, k_prior=caches["K_caches"][0],
-                            v_prior=caches["V_caches"][0], position_ids=pid).total_us
-        sep += nki.estimate(mlp, hidden_tensor=X, gate_proj_weights_tensor=layers["W_gates"][i],
-                            up_proj_weights_tensor=layers["W_ups"][i], down_proj_weights_tensor=layers["W_downs"][i],
-                            weight_layout=WeightLayout.OUT_IN).total_us
+        sep += nki.estimate(
+            qkv, input=X, fused_qkv_weights=layers["W_qkvs"][i], weight_layout=WeightLayout.OUT_IN
+        ).total_us
+        sep += nki.estimate(
+            attention_tkg,
+            q=q,
+            k_active=q,
+            v_active=q,
+            k_prior=caches["K_caches"][0],
+            v_prior=caches["V_caches"][0],
+            position_ids=pid,
+        ).total_us
+        sep += nki.estimate(
+            mlp,
+            hidden_tensor=X,
+            gate_proj_weights_tensor=layers["W_gates"][i],
+            up_proj_weights_tensor=layers["W_ups"][i],
+            down_proj_weights_tensor=layers["W_downs"][i],
+            weight_layout=WeightLayout.OUT_IN,
+        ).total_us
     assert mk.total_us < sep

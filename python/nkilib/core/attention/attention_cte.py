@@ -67,24 +67,34 @@ def attention_cte(
     kernel_assert(sink is None, "attention_cte: sink is not supported on neuron-emu")
     kernel_assert(not sliding_window, "attention_cte: sliding_window is not supported on neuron-emu")
     kernel_assert(not cache_softmax, "attention_cte: cache_softmax is not supported on neuron-emu")
-    kernel_assert(cp_offset is None and global_cp_deg is None, "attention_cte: context parallelism is not supported")
+    kernel_assert(
+        cp_offset is None and global_cp_deg is None, "attention_cte: context parallelism is not supported"
+    )
     kernel_assert(softmax_dtype == nl.float32, "attention_cte: softmax_dtype must be float32")
     bs, sq, d, bs_kv, skv, dk = _shape_qkv(q, k, v, tp_q, tp_k)
-    kernel_assert(d == dk and tuple(v.shape) == (bs_kv, skv, d),
-                  f"attention_cte: shapes q {q.shape}, k {k.shape}, v {v.shape} do not agree (tp_q={tp_q}, tp_k={tp_k})")
+    kernel_assert(
+        d == dk and tuple(v.shape) == (bs_kv, skv, d),
+        f"attention_cte: shapes q {q.shape}, k {k.shape}, v {v.shape} do not agree (tp_q={tp_q}, tp_k={tp_k})",
+    )
     kernel_assert(d <= P, f"attention_cte: head dim {d} exceeds 128")
     kernel_assert(bs % bs_kv == 0, f"attention_cte: batch {bs} is not a multiple of kv batch {bs_kv}")
     prefix = k_prior is not None
-    kernel_assert(prefix == (v_prior is not None) == (prior_used_len is not None),
-                  "attention_cte: prefix caching needs k_prior, v_prior and prior_used_len")
+    kernel_assert(
+        prefix == (v_prior is not None) == (prior_used_len is not None),
+        "attention_cte: prefix caching needs k_prior, v_prior and prior_used_len",
+    )
     sp = 0
     if prefix:
         _, _, _, bpk, sp, dpk = _shape_qkv(q, k_prior, v_prior, tp_q, tp_k)
-        kernel_assert(bpk == bs_kv and dpk == d and tuple(v_prior.shape) == (bs_kv, sp, d),
-                      f"attention_cte: k_prior {k_prior.shape} / v_prior {v_prior.shape} do not match k/v")
+        kernel_assert(
+            bpk == bs_kv and dpk == d and tuple(v_prior.shape) == (bs_kv, sp, d),
+            f"attention_cte: k_prior {k_prior.shape} / v_prior {v_prior.shape} do not match k/v",
+        )
     group = bs // bs_kv
     cdt = compute_dtype(q.dtype)
-    out = nl.ndarray((bs, d, sq) if tp_out else (bs, sq, d), dtype=q.dtype, buffer=nl.shared_hbm, name="attn_out")
+    out = nl.ndarray(
+        (bs, d, sq) if tp_out else (bs, sq, d), dtype=q.dtype, buffer=nl.shared_hbm, name="attn_out"
+    )
     _, n_prgs, prg_id = get_verified_program_sharding_info("attention_cte", (0, 1), 8)
     sc = float(scale)
 
@@ -110,7 +120,12 @@ def attention_cte(
         tiles = []
         if prefix:
             plen_i = nl.ndarray((qs, 1), nl.int32, buffer=nl.sbuf, name="plen_i")
-            nisa.dma_copy(dst=plen_i, src=prior_used_len.reshape((1, 1)).broadcast(0, qs) if qs > 1 else prior_used_len.reshape((1, 1)))
+            nisa.dma_copy(
+                dst=plen_i,
+                src=prior_used_len.reshape((1, 1)).broadcast(0, qs)
+                if qs > 1
+                else prior_used_len.reshape((1, 1)),
+            )
             plen = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="plen")
             nisa.tensor_copy(dst=plen, src=plen_i)
             tiles += [("prior", kt, plen) for kt in chunks(sp, FMAX)]
@@ -138,8 +153,16 @@ def attention_cte(
             if full_visible:
                 nisa.tensor_copy(dst=s[:, 0:ks], src=s_ps[:, 0:ks])
             else:
-                nisa.range_select(dst=s[:, 0:ks], on_true_tile=s_ps[:, 0:ks], comp_op0=nl.greater_equal,
-                                  comp_op1=nl.less, bound0=zero, bound1=hi, range_start=k0, on_false_value=NEG)
+                nisa.range_select(
+                    dst=s[:, 0:ks],
+                    on_true_tile=s_ps[:, 0:ks],
+                    comp_op0=nl.greater_equal,
+                    comp_op1=nl.less,
+                    bound0=zero,
+                    bound1=hi,
+                    range_start=k0,
+                    on_false_value=NEG,
+                )
             mx = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="mx")
             nisa.tensor_reduce(dst=mx, op=nl.maximum, data=s[:, 0:ks], axis=1)
             m_new = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="m_new")
@@ -148,22 +171,41 @@ def attention_cte(
             nisa.tensor_scalar(dst=nb, data=m_new, op0=nl.multiply, operand0=-sc)
             p = nl.ndarray((qs, FMAX), cdt, buffer=nl.sbuf, name="p")
             rs = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="rs")
-            nisa.activation(dst=p[:, 0:ks], op=nl.exp, data=s[:, 0:ks], bias=nb, scale=sc, reduce_op=nl.add,
-                            reduce_res=rs, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            nisa.activation(
+                dst=p[:, 0:ks],
+                op=nl.exp,
+                data=s[:, 0:ks],
+                bias=nb,
+                scale=sc,
+                reduce_op=nl.add,
+                reduce_res=rs,
+                reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            )
             corr = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="corr")
             nisa.activation(dst=corr, op=nl.exp, data=m, bias=nb, scale=sc)
-            nisa.scalar_tensor_tensor(dst=lsum, data=lsum, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=rs)
+            nisa.scalar_tensor_tensor(
+                dst=lsum, data=lsum, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=rs
+            )
             vt = nl.ndarray((P, FMAX // P, d), cdt, buffer=nl.sbuf, name="v")
             pv = nl.ndarray((qs, d), nl.float32, buffer=nl.psum, name="pv_ps")
             cks = chunks(ks)
             for c in cks:
                 nisa.dma_copy(dst=vt[0 : c.size, c.index, :], src=vv[kb, k0 + c.start : k0 + c.stop, :])
                 tp = nl.ndarray((P, qs), cdt, buffer=nl.psum, name="pT_ps")
-                nisa.nc_transpose(dst=tp[0 : c.size, :], data=p[:, c.start : c.stop], engine=nisa.tensor_engine)
+                nisa.nc_transpose(
+                    dst=tp[0 : c.size, :], data=p[:, c.start : c.stop], engine=nisa.tensor_engine
+                )
                 pT = nl.ndarray((P, qs), cdt, buffer=nl.sbuf, name="pT")
                 nisa.tensor_copy(dst=pT[0 : c.size], src=tp[0 : c.size])
-                nisa.nc_matmul(dst=pv, stationary=pT[0 : c.size], moving=vt[0 : c.size, c.index, :], accumulate=c.index > 0)
-            nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=pv)
+                nisa.nc_matmul(
+                    dst=pv,
+                    stationary=pT[0 : c.size],
+                    moving=vt[0 : c.size, c.index, :],
+                    accumulate=c.index > 0,
+                )
+            nisa.scalar_tensor_tensor(
+                dst=acc, data=acc, op0=nl.multiply, operand0=corr, op1=nl.add, operand1=pv
+            )
             nisa.tensor_copy(dst=m, src=m_new)
         rl = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="rl")
         nisa.reciprocal(dst=rl, data=lsum)

@@ -5,8 +5,19 @@ from __future__ import annotations
 import torch
 
 
-def attention_cte_torch(q, k, v, scale: float = 1.0, causal_mask: bool = True, k_prior=None, v_prior=None,
-                        prior_used_len=None, tp_q: bool = True, tp_k: bool = False, tp_out: bool = False):
+def attention_cte_torch(
+    q,
+    k,
+    v,
+    scale: float = 1.0,
+    causal_mask: bool = True,
+    k_prior=None,
+    v_prior=None,
+    prior_used_len=None,
+    tp_q: bool = True,
+    tp_k: bool = False,
+    tp_out: bool = False,
+):
     qf = q.float() if tp_q else q.float().transpose(1, 2)  # [bs, sq, d]
     kf = k.float() if tp_k else k.float().transpose(1, 2)  # [bs_kv, skv, d]
     vf = v.float()

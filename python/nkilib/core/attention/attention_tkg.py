@@ -124,12 +124,16 @@ def attention_decode_sbuf(
             for g in range(jk * hp, min(Hkv, (jk + 1) * hp)):
                 for h in range(g * G, (g + 1) * G):
                     copy_rows(
-                        t[:, h * S : (h + 1) * S], qT[:, h // hp, b * S : (b + 1) * S], (g % hp) * d, (h % hp) * d, d
+                        t[:, h * S : (h + 1) * S],
+                        qT[:, h // hp, b * S : (b + 1) * S],
+                        (g % hp) * d,
+                        (h % hp) * d,
+                        d,
                     )
             qbd.append(t)
         sc = nl.ndarray((n_q, L), nl.float32, buffer=nl.sbuf, name="scores")
         # -- prior segment (the cache)
-        kpT, vps = [], []
+        kpT = []
         if Sp:
             if pos_sb is not None:
                 pi = nl.broadcast_to(pos_sb[0:1, b : b + 1], (n_q, 1))  # DMA across partitions
@@ -141,7 +145,9 @@ def attention_decode_sbuf(
                 g0 = jk * hp
                 nk = min(hp, Hkv - g0)
                 t = nl.ndarray((P, Sp), cdt, buffer=nl.sbuf, name="kpT")
-                nisa.dma_transpose(dst=t[0 : nk * d, :], src=k_prior[b, g0 : g0 + nk, 0:Sp, :], axes=(0, 2, 1))
+                nisa.dma_transpose(
+                    dst=t[0 : nk * d, :], src=k_prior[b, g0 : g0 + nk, 0:Sp, :], axes=(0, 2, 1)
+                )
                 kpT.append(t)
             for ct in chunks(Sp, FMAX):
                 ps = nl.ndarray((n_q, FMAX), nl.float32, buffer=nl.psum, name="sc_ps")
@@ -167,13 +173,23 @@ def attention_decode_sbuf(
         ps = nl.ndarray((n_q, NT), nl.float32, buffer=nl.psum, name="sca_ps")
         for jk in range(KT):
             rows = min(hp, Hkv - jk * hp) * d
-            nisa.nc_matmul(dst=ps, stationary=qbd[jk][0:rows, :], moving=kT_act[0:rows, jk, :], accumulate=jk > 0)
+            nisa.nc_matmul(
+                dst=ps, stationary=qbd[jk][0:rows, :], moving=kT_act[0:rows, jk, :], accumulate=jk > 0
+            )
         lo = _bound_vector(n_q, b * S, "act_lo")
         hi = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="act_hi")
-        nisa.tensor_scalar(dst=hi, data=srow, op0=nl.mod, operand0=float(S), op1=nl.add, operand1=float(b * S + 1))
+        nisa.tensor_scalar(
+            dst=hi, data=srow, op0=nl.mod, operand0=float(S), op1=nl.add, operand1=float(b * S + 1)
+        )
         nisa.range_select(
-            dst=sc[:, Sp:L], on_true_tile=ps, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=lo, bound1=hi,
-            range_start=0, on_false_value=NEG_INF,
+            dst=sc[:, Sp:L],
+            on_true_tile=ps,
+            comp_op0=nl.greater_equal,
+            comp_op1=nl.less,
+            bound0=lo,
+            bound1=hi,
+            range_start=0,
+            on_false_value=NEG_INF,
         )
         # -- softmax over the whole row
         mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="mx")
@@ -182,8 +198,16 @@ def attention_decode_sbuf(
         nisa.tensor_scalar(dst=nmx, data=mx, op0=nl.multiply, operand0=-float(scale))
         e = nl.ndarray((n_q, L), nl.float32, buffer=nl.sbuf, name="exp")
         ssum = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="ssum")
-        nisa.activation(dst=e, op=nl.exp, data=sc, bias=nmx, scale=float(scale), reduce_op=nl.add,
-                        reduce_res=ssum, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(
+            dst=e,
+            op=nl.exp,
+            data=sc,
+            bias=nmx,
+            scale=float(scale),
+            reduce_op=nl.add,
+            reduce_res=ssum,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+        )
         rs = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="rsum")
         nisa.reciprocal(dst=rs, data=ssum)
         prob = nl.ndarray((n_q, L), cdt, buffer=nl.sbuf, name="prob")
@@ -281,23 +305,38 @@ def attention_tkg(
 
     Returns: out [B, Hq, S_active, d].
     """
-    for name, v in (("mask", mask), ("cfg", cfg), ("inv_freqs", inv_freqs), ("rope_pos_ids", rope_pos_ids),
-                    ("start_pos_ids", start_pos_ids), ("sink", sink), ("active_blocks_table", active_blocks_table),
-                    ("k_out", k_out)):
+    for name, v in (
+        ("mask", mask),
+        ("cfg", cfg),
+        ("inv_freqs", inv_freqs),
+        ("rope_pos_ids", rope_pos_ids),
+        ("start_pos_ids", start_pos_ids),
+        ("sink", sink),
+        ("active_blocks_table", active_blocks_table),
+        ("k_out", k_out),
+    ):
         kernel_assert(v is None, f"attention_tkg: {name} is not supported on neuron-emu (use position_ids)")
     B, Hq, S, d = q.shape
     _, Hkv, Sa, dk = k_active.shape
-    kernel_assert((Sa, dk) == (S, d) and tuple(v_active.shape) == tuple(k_active.shape),
-                  f"attention_tkg: k_active {k_active.shape} / v_active {v_active.shape} do not match q {q.shape}")
+    kernel_assert(
+        (Sa, dk) == (S, d) and tuple(v_active.shape) == tuple(k_active.shape),
+        f"attention_tkg: k_active {k_active.shape} / v_active {v_active.shape} do not match q {q.shape}",
+    )
     kernel_assert(Hq % Hkv == 0, f"attention_tkg: {Hq} query heads are not a multiple of {Hkv} kv heads")
     kernel_assert(d <= P, f"attention_tkg: head_dim {d} exceeds 128")
     kernel_assert((k_prior is None) == (v_prior is None), "attention_tkg: pass both k_prior and v_prior")
     if k_prior is not None:
-        kernel_assert(k_prior.shape[0] >= B and tuple(k_prior.shape[1:2]) == (Hkv,) and k_prior.shape[3] == d
-                      and tuple(v_prior.shape) == tuple(k_prior.shape),
-                      f"attention_tkg: caches {k_prior.shape} / {v_prior.shape} must be [B+, {Hkv}, S_prior, {d}]")
-    kernel_assert(not update_cache or (k_prior is not None and position_ids is not None),
-                  "attention_tkg: update_cache needs the caches and position_ids")
+        kernel_assert(
+            k_prior.shape[0] >= B
+            and tuple(k_prior.shape[1:2]) == (Hkv,)
+            and k_prior.shape[3] == d
+            and tuple(v_prior.shape) == tuple(k_prior.shape),
+            f"attention_tkg: caches {k_prior.shape} / {v_prior.shape} must be [B+, {Hkv}, S_prior, {d}]",
+        )
+    kernel_assert(
+        not update_cache or (k_prior is not None and position_ids is not None),
+        "attention_tkg: update_cache needs the caches and position_ids",
+    )
     NT = B * S
     cdt = compute_dtype(q.dtype)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(d)

@@ -7,8 +7,16 @@ import math
 import torch
 
 
-def attention_tkg_torch(q, k_active, v_active, k_prior=None, v_prior=None, position_ids=None, scale=None,
-                        update_cache: bool = False):
+def attention_tkg_torch(
+    q,
+    k_active,
+    v_active,
+    k_prior=None,
+    v_prior=None,
+    position_ids=None,
+    scale=None,
+    update_cache: bool = False,
+):
     """Returns (out [B, Hq, S, d] fp32, k_cache, v_cache) with the caches updated (copies) when
     update_cache."""
     B, Hq, S, d = q.shape
@@ -20,7 +28,11 @@ def attention_tkg_torch(q, k_active, v_active, k_prior=None, v_prior=None, posit
     vc = v_prior.clone() if v_prior is not None else None
     for b in range(B):
         if k_prior is not None:
-            n = int(position_ids.reshape(-1)[b if position_ids.numel() > 1 else 0]) if position_ids is not None else k_prior.shape[2]
+            n = (
+                int(position_ids.reshape(-1)[b if position_ids.numel() > 1 else 0])
+                if position_ids is not None
+                else k_prior.shape[2]
+            )
             kp, vp = k_prior[b, :, :n].float(), v_prior[b, :, :n].float()
         else:
             n = 0

@@ -24,22 +24,52 @@ def rotation_matrix(d: int, dtype, contiguous_layout: bool = True, name: str = "
     nisa.memset(dst=neg, value=-1.0)
     if contiguous_layout:
         # column m < h: -1 at row m + h; column h + m: +1 at row m.
-        nisa.affine_select(dst=r[:, 0:h], pattern=[[-1, h]], offset=-h, channel_multiplier=1,
-                           on_true_tile=neg, on_false_value=0.0, cmp_op=nl.equal)
-        nisa.affine_select(dst=r[:, h:d], pattern=[[-1, h]], offset=0, channel_multiplier=1,
-                           on_true_tile=pos, on_false_value=0.0, cmp_op=nl.equal)
+        nisa.affine_select(
+            dst=r[:, 0:h],
+            pattern=[[-1, h]],
+            offset=-h,
+            channel_multiplier=1,
+            on_true_tile=neg,
+            on_false_value=0.0,
+            cmp_op=nl.equal,
+        )
+        nisa.affine_select(
+            dst=r[:, h:d],
+            pattern=[[-1, h]],
+            offset=0,
+            channel_multiplier=1,
+            on_true_tile=pos,
+            on_false_value=0.0,
+            cmp_op=nl.equal,
+        )
     else:
         rv = r.reshape((d, h, 2))
         # column 2i: -1 at row 2i + 1; column 2i + 1: +1 at row 2i.
-        nisa.affine_select(dst=rv[:, :, 0], pattern=[[-2, h]], offset=-1, channel_multiplier=1,
-                           on_true_tile=neg, on_false_value=0.0, cmp_op=nl.equal)
-        nisa.affine_select(dst=rv[:, :, 1], pattern=[[-2, h]], offset=0, channel_multiplier=1,
-                           on_true_tile=pos, on_false_value=0.0, cmp_op=nl.equal)
+        nisa.affine_select(
+            dst=rv[:, :, 0],
+            pattern=[[-2, h]],
+            offset=-1,
+            channel_multiplier=1,
+            on_true_tile=neg,
+            on_false_value=0.0,
+            cmp_op=nl.equal,
+        )
+        nisa.affine_select(
+            dst=rv[:, :, 1],
+            pattern=[[-2, h]],
+            offset=0,
+            channel_multiplier=1,
+            on_true_tile=pos,
+            on_false_value=0.0,
+            cmp_op=nl.equal,
+        )
     return r
 
 
 @nki.jit
-def RoPE(x_in, cos, sin, lnc_shard: bool = False, contiguous_layout: bool = True, relayout_in_sbuf: bool = False):
+def RoPE(
+    x_in, cos, sin, lnc_shard: bool = False, contiguous_layout: bool = True, relayout_in_sbuf: bool = False
+):
     """Rotary position embedding in the [d_head, B, H, S] layout.
 
     out = x * cos + rotate_half(x) * sin, where cos/sin [d_head / 2, B, S] hold one value per
@@ -59,8 +89,10 @@ def RoPE(x_in, cos, sin, lnc_shard: bool = False, contiguous_layout: bool = True
     d, B, H, S = x_in.shape
     h = d // 2
     kernel_assert(d % 2 == 0 and d <= 128, f"RoPE: d_head={d} must be even and <= 128")
-    kernel_assert(tuple(cos.shape) == (h, B, S) and tuple(sin.shape) == (h, B, S),
-                  f"RoPE: cos/sin must be [{h}, {B}, {S}], got {cos.shape}, {sin.shape}")
+    kernel_assert(
+        tuple(cos.shape) == (h, B, S) and tuple(sin.shape) == (h, B, S),
+        f"RoPE: cos/sin must be [{h}, {B}, {S}], got {cos.shape}, {sin.shape}",
+    )
     _, n_prgs, prg_id = get_verified_program_sharding_info("RoPE", (0, 1), 8)
     out = nl.ndarray(x_in.shape, dtype=x_in.dtype, buffer=nl.shared_hbm, name="rope_out")
     mdt = x_in.dtype if x_in.dtype in (nl.bfloat16, nl.float16, nl.float32) else nl.float32
@@ -93,7 +125,11 @@ def RoPE(x_in, cos, sin, lnc_shard: bool = False, contiguous_layout: bool = True
                 s_ = sd[:, sc.start : sc.stop].expand_dim(1).broadcast(1, hc.size)
                 nisa.tensor_tensor(dst=a, data1=xs, data2=c, op=nl.multiply)
                 bb = nl.ndarray((d, hc.size, sc.size), nl.float32, buffer=nl.sbuf, name="b")
-                nisa.tensor_tensor(dst=bb, data1=ps[:, 0:n].reshape((d, hc.size, sc.size)), data2=s_, op=nl.multiply)
-                nisa.tensor_tensor(dst=y[:, hc.start : hc.stop, sc.start : sc.stop], data1=a, data2=bb, op=nl.add)
+                nisa.tensor_tensor(
+                    dst=bb, data1=ps[:, 0:n].reshape((d, hc.size, sc.size)), data2=s_, op=nl.multiply
+                )
+                nisa.tensor_tensor(
+                    dst=y[:, hc.start : hc.stop, sc.start : sc.stop], data1=a, data2=bb, op=nl.add
+                )
         nisa.dma_copy(dst=out[:, b, :, :], src=y)
     return out

@@ -8,7 +8,7 @@ import nki.language as nl
 
 from ..utils.kernel_assert import kernel_assert
 from ..utils.kernel_helpers import get_verified_program_sharding_info
-from ..utils.tile_ops import P, chunks, rope_tok
+from ..utils.tile_ops import chunks, rope_tok
 
 
 @nki.jit
@@ -30,7 +30,10 @@ def rope_hf(q, k, q_out=None, k_out=None, cos=None, sin=None, rope_cache=None, b
 
     Returns: (q_out, k_out).
     """
-    kernel_assert(len(q.shape) == 4 and len(k.shape) == 4, f"rope_hf: q/k must be [B, H, S, d], got {q.shape}, {k.shape}")
+    kernel_assert(
+        len(q.shape) == 4 and len(k.shape) == 4,
+        f"rope_hf: q/k must be [B, H, S, d], got {q.shape}, {k.shape}",
+    )
     B, Hq, S, d = q.shape
     Bk, Hkv, Sk, dk = k.shape
     kernel_assert((Bk, Sk, dk) == (B, S, d), f"rope_hf: k {k.shape} does not match q {q.shape}")
@@ -40,19 +43,28 @@ def rope_hf(q, k, q_out=None, k_out=None, cos=None, sin=None, rope_cache=None, b
         rd = rope_cache.shape[-1] // 2
         table_shape = rope_cache.shape
     else:
-        kernel_assert(cos is not None and sin is not None, "rope_hf: cos and sin (or rope_cache) are required")
-        kernel_assert(tuple(cos.shape) == tuple(sin.shape), f"rope_hf: cos {cos.shape} and sin {sin.shape} differ")
+        kernel_assert(
+            cos is not None and sin is not None, "rope_hf: cos and sin (or rope_cache) are required"
+        )
+        kernel_assert(
+            tuple(cos.shape) == tuple(sin.shape), f"rope_hf: cos {cos.shape} and sin {sin.shape} differ"
+        )
         rd = cos.shape[-1]
         table_shape = cos.shape
     kernel_assert(rd in (d, d // 2), f"rope_hf: cos/sin last dimension {rd} must be head_dim {d} or {d // 2}")
-    kernel_assert(len(table_shape) == 2 or (len(table_shape) == 3 and table_shape[0] == B),
-                  f"rope_hf: cos/sin shape {table_shape} must be [S, d] or [B={B}, S, d]")
+    kernel_assert(
+        len(table_shape) == 2 or (len(table_shape) == 3 and table_shape[0] == B),
+        f"rope_hf: cos/sin shape {table_shape} must be [S, d] or [B={B}, S, d]",
+    )
     kernel_assert(table_shape[-2] >= S, f"rope_hf: cos/sin have {table_shape[-2]} positions, q has {S}")
     if q_out is None:
         q_out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm, name="q_out")
     if k_out is None:
         k_out = nl.ndarray(k.shape, dtype=k.dtype, buffer=nl.shared_hbm, name="k_out")
-    kernel_assert(tuple(q_out.shape) == tuple(q.shape) and tuple(k_out.shape) == tuple(k.shape), "rope_hf: output shapes")
+    kernel_assert(
+        tuple(q_out.shape) == tuple(q.shape) and tuple(k_out.shape) == tuple(k.shape),
+        "rope_hf: output shapes",
+    )
     _, n_prgs, prg_id = get_verified_program_sharding_info("rope_hf", (0, 1), 8)
 
     def table(which, b):

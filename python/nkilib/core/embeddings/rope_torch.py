@@ -21,15 +21,18 @@ def rope_hf_torch(q, k, cos, sin, backward: bool = False):
     if c.dim() == 3:
         c, s = c[:, None], s[:, None]
     if backward:
+
         def f(x):
             x = x.float()
             h = d // 2
             x1, x2 = x[..., :h], x[..., h:]
             return torch.cat([x1 * c[..., :h] + x2 * s[..., h:], x2 * c[..., h:] - x1 * s[..., :h]], -1)
     else:
+
         def f(x):
             x = x.float()
             return x * c + rotate_half(x) * s
+
     return f(q), f(k)
 
 

@@ -98,29 +98,64 @@ def mlp(
 
     Returns: [out] or [out, fused_add_out], HBM tensors [B, S, H].
     """
-    kernel_assert(quantization_type == QuantizationType.NONE, f"mlp: quantization {quantization_type} is not supported on neuron-emu")
-    for name, v in (("gate_w_scale", gate_w_scale), ("up_w_scale", up_w_scale), ("down_w_scale", down_w_scale),
-                    ("gate_up_in_scale", gate_up_in_scale), ("down_in_scale", down_in_scale)):
+    kernel_assert(
+        quantization_type == QuantizationType.NONE,
+        f"mlp: quantization {quantization_type} is not supported on neuron-emu",
+    )
+    for name, v in (
+        ("gate_w_scale", gate_w_scale),
+        ("up_w_scale", up_w_scale),
+        ("down_w_scale", down_w_scale),
+        ("gate_up_in_scale", gate_up_in_scale),
+        ("down_in_scale", down_in_scale),
+    ):
         kernel_assert(v is None, f"mlp: {name} is only used with quantization, which is not supported")
-    kernel_assert(not store_output_in_sbuf, "mlp: store_output_in_sbuf=True is for subkernel use (nkilib.core.mlp.mlp_tkg)")
-    kernel_assert(not use_tkg_down_proj_optimized_layout, "mlp: use_tkg_down_proj_optimized_layout is not supported")
-    kernel_assert(normalization_type in (NormType.NO_NORM, NormType.RMS_NORM, NormType.RMS_NORM_SKIP_GAMMA),
-                  f"mlp: normalization {normalization_type} is not supported (NO_NORM, RMS_NORM, RMS_NORM_SKIP_GAMMA)")
-    kernel_assert(normalization_bias_tensor is None, "mlp: normalization_bias_tensor is for LAYER_NORM, which is not supported")
-    kernel_assert(len(hidden_tensor.shape) == 3, f"mlp: hidden_tensor must be [B, S, H], got {hidden_tensor.shape}")
+    kernel_assert(
+        not store_output_in_sbuf,
+        "mlp: store_output_in_sbuf=True is for subkernel use (nkilib.core.mlp.mlp_tkg)",
+    )
+    kernel_assert(
+        not use_tkg_down_proj_optimized_layout, "mlp: use_tkg_down_proj_optimized_layout is not supported"
+    )
+    kernel_assert(
+        normalization_type in (NormType.NO_NORM, NormType.RMS_NORM, NormType.RMS_NORM_SKIP_GAMMA),
+        f"mlp: normalization {normalization_type} is not supported (NO_NORM, RMS_NORM, RMS_NORM_SKIP_GAMMA)",
+    )
+    kernel_assert(
+        normalization_bias_tensor is None,
+        "mlp: normalization_bias_tensor is for LAYER_NORM, which is not supported",
+    )
+    kernel_assert(
+        len(hidden_tensor.shape) == 3, f"mlp: hidden_tensor must be [B, S, H], got {hidden_tensor.shape}"
+    )
     B, S, H = hidden_tensor.shape
     Hg, I = weight_dims(up_proj_weights_tensor, weight_layout)
-    kernel_assert(Hg == H, f"mlp: up_proj_weights_tensor {up_proj_weights_tensor.shape} does not match H={H} ({weight_layout})")
+    kernel_assert(
+        Hg == H,
+        f"mlp: up_proj_weights_tensor {up_proj_weights_tensor.shape} does not match H={H} ({weight_layout})",
+    )
     if not skip_gate_proj:
-        kernel_assert(weight_dims(gate_proj_weights_tensor, weight_layout) == (H, I),
-                      f"mlp: gate_proj_weights_tensor {gate_proj_weights_tensor.shape} does not match [H={H}, I={I}] ({weight_layout})")
-    kernel_assert(weight_dims(down_proj_weights_tensor, weight_layout) == (I, H),
-                  f"mlp: down_proj_weights_tensor {down_proj_weights_tensor.shape} does not match [I={I}, H={H}] ({weight_layout})")
+        kernel_assert(
+            weight_dims(gate_proj_weights_tensor, weight_layout) == (H, I),
+            f"mlp: gate_proj_weights_tensor {gate_proj_weights_tensor.shape} does not match [H={H}, I={I}] ({weight_layout})",
+        )
+    kernel_assert(
+        weight_dims(down_proj_weights_tensor, weight_layout) == (I, H),
+        f"mlp: down_proj_weights_tensor {down_proj_weights_tensor.shape} does not match [I={I}, H={H}] ({weight_layout})",
+    )
     if normalization_type == NormType.RMS_NORM:
-        kernel_assert(normalization_weights_tensor is not None, "mlp: RMS_NORM needs normalization_weights_tensor")
+        kernel_assert(
+            normalization_weights_tensor is not None, "mlp: RMS_NORM needs normalization_weights_tensor"
+        )
     if fused_add_tensor is not None:
-        kernel_assert(tuple(fused_add_tensor.shape) == (B, S, H), f"mlp: fused_add_tensor shape {fused_add_tensor.shape} != {(B, S, H)}")
-    kernel_assert(not store_fused_add_result or fused_add_tensor is not None, "mlp: store_fused_add_result needs fused_add_tensor")
+        kernel_assert(
+            tuple(fused_add_tensor.shape) == (B, S, H),
+            f"mlp: fused_add_tensor shape {fused_add_tensor.shape} != {(B, S, H)}",
+        )
+    kernel_assert(
+        not store_fused_add_result or fused_add_tensor is not None,
+        "mlp: store_fused_add_result needs fused_add_tensor",
+    )
 
     _, n_prgs, prg_id = get_verified_program_sharding_info("mlp", (0, 1), 2)
     T = B * S
@@ -130,18 +165,28 @@ def mlp(
     outputs = [out]
     add_out = None
     if store_fused_add_result:
-        add_out = nl.ndarray((B, S, H), dtype=hidden_tensor.dtype, buffer=nl.shared_hbm, name="output_stored_add_tensor_hbm")
+        add_out = nl.ndarray(
+            (B, S, H), dtype=hidden_tensor.dtype, buffer=nl.shared_hbm, name="output_stored_add_tensor_hbm"
+        )
         outputs.append(add_out)
-    w = MlpWeights(gate_proj_weights_tensor, up_proj_weights_tensor, down_proj_weights_tensor, weight_layout, H, I, cdt,
-                   skip_gate=skip_gate_proj)
-    gamma = normalization_weights_tensor if normalization_type == NormType.RMS_NORM else None
-    act_kwargs = dict(
-        activation_fn=activation_fn,
-        gate_bias=gate_proj_bias_tensor,
-        up_bias=up_proj_bias_tensor,
-        gate_clamp=(gate_clamp_lower_limit, gate_clamp_upper_limit),
-        up_clamp=(up_clamp_lower_limit, up_clamp_upper_limit),
+    w = MlpWeights(
+        gate_proj_weights_tensor,
+        up_proj_weights_tensor,
+        down_proj_weights_tensor,
+        weight_layout,
+        H,
+        I,
+        cdt,
+        skip_gate=skip_gate_proj,
     )
+    gamma = normalization_weights_tensor if normalization_type == NormType.RMS_NORM else None
+    act_kwargs = {
+        "activation_fn": activation_fn,
+        "gate_bias": gate_proj_bias_tensor,
+        "up_bias": up_proj_bias_tensor,
+        "gate_clamp": (gate_clamp_lower_limit, gate_clamp_upper_limit),
+        "up_clamp": (up_clamp_lower_limit, up_clamp_upper_limit),
+    }
     x2 = hidden_tensor.reshape((T, H))
     o2 = out.reshape((T, H))
     a2 = fused_add_tensor.reshape((T, H)) if fused_add_tensor is not None else None
@@ -167,7 +212,11 @@ def mlp(
     # CTE: blocks of up to 512 tokens for gate/up (the moving free size), 128-token tiles for
     # loads, normalization and the down projection.
     t_lo, t_hi = shard_range(T, n_prgs, prg_id, P)
-    g_b = load_row_broadcast(gamma, H, min(P, max(1, t_hi - t_lo)), nl.float32, name="gamma") if gamma is not None else None
+    g_b = (
+        load_row_broadcast(gamma, H, min(P, max(1, t_hi - t_lo)), nl.float32, name="gamma")
+        if gamma is not None
+        else None
+    )
     for blk in chunks(t_hi - t_lo, CTE_TOKEN_BLOCK):
         b0 = t_lo + blk.start
         xT = nl.ndarray((P, div_ceil(H, P), blk.size), cdt, buffer=nl.sbuf, name="xT")

@@ -55,7 +55,9 @@ class MlpWeights:
 
 def _clamp(t, lower, upper):
     if upper is not None and lower is not None:
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.minimum, operand0=float(upper), op1=nl.maximum, operand1=float(lower))
+        nisa.tensor_scalar(
+            dst=t, data=t, op0=nl.minimum, operand0=float(upper), op1=nl.maximum, operand1=float(lower)
+        )
     elif upper is not None:
         nisa.tensor_scalar(dst=t, data=t, op0=nl.minimum, operand0=float(upper))
     elif lower is not None:
@@ -118,14 +120,18 @@ def gate_up_act(
     return actT
 
 
-def down_tok(actT, T: int, w: MlpWeights, out2d, h0: int = 0, h1: int | None = None, down_bias=None, out_dtype=None):
+def down_tok(
+    actT, T: int, w: MlpWeights, out2d, h0: int = 0, h1: int | None = None, down_bias=None, out_dtype=None
+):
     """out2d[:, h0:h1] (HBM [T, H]) = act @ W_down[:, h0:h1] (+ bias), token-major. T may exceed
     128: every loaded weight block serves all 128-token sub-blocks."""
     H, I, cdt = w.H, w.I, w.dtype
     h1 = H if h1 is None else h1
     odt = out_dtype or out2d.dtype
     tp = min(T, P)
-    bias_b = load_row_broadcast(down_bias, H, tp, nl.float32, name="down_bias") if down_bias is not None else None
+    bias_b = (
+        load_row_broadcast(down_bias, H, tp, nl.float32, name="down_bias") if down_bias is not None else None
+    )
     for blk in chunks(h1 - h0, column_block(I, h1 - h0, cdt.itemsize, cap=4 * FMAX)):
         b0 = h0 + blk.start
         dw = load_wT(w.down, w.layout, I, b0, blk.size, cdt, name="w_down")
@@ -134,7 +140,10 @@ def down_tok(actT, T: int, w: MlpWeights, out2d, h0: int = 0, h1: int | None = N
             for ct in chunks(blk.size, FMAX):
                 ps = nl.ndarray((tp, FMAX), nl.float32, buffer=nl.psum, name="down_ps")
                 pairs = [
-                    (actT[0 : k.size, k.index, tb.start : tb.stop], dw[0 : k.size, k.index, ct.start : ct.stop])
+                    (
+                        actT[0 : k.size, k.index, tb.start : tb.stop],
+                        dw[0 : k.size, k.index, ct.start : ct.stop],
+                    )
                     for k in chunks(I)
                 ]
                 for i, (s, m) in enumerate(pairs):
@@ -166,7 +175,12 @@ def down_T(actT, T: int, w: MlpWeights, out_dtype, down_bias=None, name: str = "
             ps = nl.ndarray((P, T), nl.float32, buffer=nl.psum, name="downT_ps")
             proj_T(ps[0 : ht.size, :], dw, ht.start, ht.size, actT, I)
             if bT is not None:
-                nisa.tensor_scalar(dst=outT[0 : ht.size, j, :], data=ps[0 : ht.size], op0=nl.add, operand0=bT[0 : ht.size, j : j + 1])
+                nisa.tensor_scalar(
+                    dst=outT[0 : ht.size, j, :],
+                    data=ps[0 : ht.size],
+                    op0=nl.add,
+                    operand0=bT[0 : ht.size, j : j + 1],
+                )
             else:
                 nisa.tensor_copy(dst=outT[0 : ht.size, j, :], src=ps[0 : ht.size])
     return outT

@@ -10,7 +10,17 @@ import nki.language as nl
 from ..utils.common_types import QuantizationType, WeightLayout
 from ..utils.kernel_assert import kernel_assert
 from ..utils.kernel_helpers import get_verified_program_sharding_info
-from ..utils.tile_ops import FMAX, P, chunks, compute_dtype, load_row_broadcast, load_wT, proj_tok, row_chunks, weight_dims
+from ..utils.tile_ops import (
+    FMAX,
+    P,
+    chunks,
+    compute_dtype,
+    load_row_broadcast,
+    load_wT,
+    proj_tok,
+    row_chunks,
+    weight_dims,
+)
 
 
 @nki.jit
@@ -37,11 +47,16 @@ def output_projection_cte(
 
     Token tiles of 128; a launch grid splits (sequence, token tile) work items.
     """
-    kernel_assert(quantization_type == QuantizationType.NONE and input_scales is None and weight_scales is None,
-                  "output_projection_cte: quantization is not supported on neuron-emu")
+    kernel_assert(
+        quantization_type == QuantizationType.NONE and input_scales is None and weight_scales is None,
+        "output_projection_cte: quantization is not supported on neuron-emu",
+    )
     B, N, D, S = attention.shape
     K, H = weight_dims(weight, weight_layout)
-    kernel_assert(K == N * D, f"output_projection_cte: weight {weight.shape} must have N*D={N * D} inputs ({weight_layout})")
+    kernel_assert(
+        K == N * D,
+        f"output_projection_cte: weight {weight.shape} must have N*D={N * D} inputs ({weight_layout})",
+    )
     odt = output_dtype or attention.dtype
     out = nl.ndarray((B, S, H), dtype=odt, buffer=nl.shared_hbm, name="out")
     cdt = compute_dtype(attention.dtype)
@@ -65,8 +80,12 @@ def output_projection_cte(
             proj_tok(ps[:, 0 : ct.size], aT, weights[ct.index], K)
             o = nl.ndarray((tt.size, FMAX), odt, buffer=nl.sbuf, name="o")
             if bias_b is not None:
-                nisa.tensor_tensor(dst=o[:, 0 : ct.size], data1=ps[:, 0 : ct.size],
-                                   data2=bias_b[0 : tt.size, ct.start : ct.stop], op=nl.add)
+                nisa.tensor_tensor(
+                    dst=o[:, 0 : ct.size],
+                    data1=ps[:, 0 : ct.size],
+                    data2=bias_b[0 : tt.size, ct.start : ct.stop],
+                    op=nl.add,
+                )
             else:
                 nisa.tensor_copy(dst=o[:, 0 : ct.size], src=ps[:, 0 : ct.size])
             nisa.dma_copy(dst=out[b, tt.start : tt.stop, ct.start : ct.stop], src=o[:, 0 : ct.size])

@@ -10,7 +10,17 @@ import nki.language as nl
 from ..utils.common_types import QuantizationType, WeightLayout
 from ..utils.kernel_assert import kernel_assert
 from ..utils.kernel_helpers import get_verified_program_sharding_info, shard_range
-from ..utils.tile_ops import FMAX, P, chunks, compute_dtype, load_row_broadcast, load_wT, proj_tok, row_chunks, weight_dims
+from ..utils.tile_ops import (
+    FMAX,
+    P,
+    chunks,
+    compute_dtype,
+    load_row_broadcast,
+    load_wT,
+    proj_tok,
+    row_chunks,
+    weight_dims,
+)
 
 
 def load_attention_T(attention, D: int, B: int, N: int, S: int, cdt, rows):
@@ -50,17 +60,26 @@ def output_projection_tkg(
     A launch grid splits H between the programs.
     Returns: the output in HBM.
     """
-    kernel_assert(quantization_type == QuantizationType.NONE and weight_scale is None and input_scale is None,
-                  "output_projection_tkg: quantization is not supported on neuron-emu")
+    kernel_assert(
+        quantization_type == QuantizationType.NONE and weight_scale is None and input_scale is None,
+        "output_projection_tkg: quantization is not supported on neuron-emu",
+    )
     kernel_assert(not OUT_IN_SB, "output_projection_tkg: OUT_IN_SB is for subkernel use")
     D, B, N, S = attention.shape
     K, H = weight_dims(weight, weight_layout)
-    kernel_assert(K == N * D, f"output_projection_tkg: weight {weight.shape} must have N*D={N * D} inputs ({weight_layout})")
+    kernel_assert(
+        K == N * D,
+        f"output_projection_tkg: weight {weight.shape} must have N*D={N * D} inputs ({weight_layout})",
+    )
     kernel_assert(D <= P and B * S <= P, f"output_projection_tkg: D={D} and B*S={B * S} must be <= 128")
     _, n_prgs, prg_id = get_verified_program_sharding_info("output_projection_tkg", (0, 1), 2)
     if TRANSPOSE_OUT:
-        kernel_assert(H % (P * n_prgs) == 0, f"output_projection_tkg: TRANSPOSE_OUT needs H={H} divisible by 128 * LNC")
-        out = nl.ndarray((P, n_prgs, H // (P * n_prgs), B * S), dtype=attention.dtype, buffer=nl.shared_hbm, name="out")
+        kernel_assert(
+            H % (P * n_prgs) == 0, f"output_projection_tkg: TRANSPOSE_OUT needs H={H} divisible by 128 * LNC"
+        )
+        out = nl.ndarray(
+            (P, n_prgs, H // (P * n_prgs), B * S), dtype=attention.dtype, buffer=nl.shared_hbm, name="out"
+        )
     else:
         out = nl.ndarray((B * S, H), dtype=attention.dtype, buffer=nl.shared_hbm, name="out")
     T = B * S

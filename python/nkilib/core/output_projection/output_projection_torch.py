@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from ..utils.common_types import WeightLayout
 
 
@@ -11,7 +9,9 @@ def _w(weight, layout):
     return weight.float() if layout == WeightLayout.IN_OUT else weight.float().T
 
 
-def output_projection_tkg_torch(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, weight_layout=WeightLayout.IN_OUT):
+def output_projection_tkg_torch(
+    attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, weight_layout=WeightLayout.IN_OUT
+):
     D, B, N, S = attention.shape
     a = attention.float().permute(1, 3, 2, 0).reshape(B * S, N * D)
     o = a @ _w(weight, weight_layout)

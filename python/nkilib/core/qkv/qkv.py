@@ -94,38 +94,66 @@ def qkv(
 
     Returns: the projection in output_layout (dtype of input).
     """
-    kernel_assert(quantization_type == QuantizationType.NONE, "qkv: quantization is not supported on neuron-emu")
-    for name, v in (("qkv_w_scale", qkv_w_scale), ("qkv_in_scale", qkv_in_scale), ("k_cache", k_cache),
-                    ("v_cache", v_cache), ("k_scale", k_scale), ("v_scale", v_scale), ("slot_mapping", slot_mapping),
-                    ("layer_norm_bias", layer_norm_bias)):
+    kernel_assert(
+        quantization_type == QuantizationType.NONE, "qkv: quantization is not supported on neuron-emu"
+    )
+    for name, v in (
+        ("qkv_w_scale", qkv_w_scale),
+        ("qkv_in_scale", qkv_in_scale),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("k_scale", k_scale),
+        ("v_scale", v_scale),
+        ("slot_mapping", slot_mapping),
+        ("layer_norm_bias", layer_norm_bias),
+    ):
         kernel_assert(v is None, f"qkv: {name} is not supported on neuron-emu")
-    kernel_assert(not use_block_kv and not store_output_in_sbuf and not is_input_swizzled,
-                  "qkv: block KV, SBUF output and swizzled input are not supported on neuron-emu")
-    kernel_assert(fused_norm_type in (NormType.NO_NORM, NormType.RMS_NORM, NormType.RMS_NORM_SKIP_GAMMA),
-                  f"qkv: normalization {fused_norm_type} is not supported")
+    kernel_assert(
+        not use_block_kv and not store_output_in_sbuf and not is_input_swizzled,
+        "qkv: block KV, SBUF output and swizzled input are not supported on neuron-emu",
+    )
+    kernel_assert(
+        fused_norm_type in (NormType.NO_NORM, NormType.RMS_NORM, NormType.RMS_NORM_SKIP_GAMMA),
+        f"qkv: normalization {fused_norm_type} is not supported",
+    )
     if weight_layout == QKVWeightLayout.CONTIGUOUS:
         weight_layout = WeightLayout.IN_OUT
-    kernel_assert(isinstance(weight_layout, WeightLayout), f"qkv: weight_layout {weight_layout} is not supported")
+    kernel_assert(
+        isinstance(weight_layout, WeightLayout), f"qkv: weight_layout {weight_layout} is not supported"
+    )
     B, S, H = input.shape
     parts, dims = _weight_parts(fused_qkv_weights, weight_layout)
     for i, (k_in, _) in enumerate(dims):
-        kernel_assert(k_in == H, f"qkv: weight {i} {parts[i].shape} does not take H={H} inputs ({weight_layout})")
+        kernel_assert(
+            k_in == H, f"qkv: weight {i} {parts[i].shape} does not take H={H} inputs ({weight_layout})"
+        )
     I = sum(n for _, n in dims)
     if bias is not None:
         kernel_assert(bias.shape[-1] == I, f"qkv: bias {bias.shape} must have I={I} elements")
     if fused_residual_add:
-        kernel_assert(mlp_prev is not None and attention_prev is not None, "qkv: fused_residual_add needs mlp_prev and attention_prev")
+        kernel_assert(
+            mlp_prev is not None and attention_prev is not None,
+            "qkv: fused_residual_add needs mlp_prev and attention_prev",
+        )
     if fused_norm_type == NormType.RMS_NORM:
         kernel_assert(gamma_norm_weights is not None, "qkv: RMS_NORM needs gamma_norm_weights")
     if fused_rope or output_layout != QKVOutputLayout.BSD:
         kernel_assert(d_head is not None and I % d_head == 0, f"qkv: d_head={d_head} must divide I={I}")
     nq = nkv = 0
     if fused_rope:
-        kernel_assert(num_q_heads is not None and num_kv_heads is not None and cos_cache is not None and sin_cache is not None,
-                      "qkv: fused_rope needs cos_cache, sin_cache, num_q_heads and num_kv_heads")
+        kernel_assert(
+            num_q_heads is not None
+            and num_kv_heads is not None
+            and cos_cache is not None
+            and sin_cache is not None,
+            "qkv: fused_rope needs cos_cache, sin_cache, num_q_heads and num_kv_heads",
+        )
         nq, nkv = num_q_heads, num_kv_heads
         kernel_assert((nq + 2 * nkv) * d_head == I, f"qkv: ({nq} + 2 * {nkv}) * {d_head} != I={I}")
-        kernel_assert(cos_cache.shape[-1] in (d_head, d_head // 2), f"qkv: cos_cache {cos_cache.shape} width must be d_head")
+        kernel_assert(
+            cos_cache.shape[-1] in (d_head, d_head // 2),
+            f"qkv: cos_cache {cos_cache.shape} width must be d_head",
+        )
     T = B * S
     cdt = compute_dtype(input.dtype)
     odt = input.dtype
@@ -154,7 +182,9 @@ def qkv(
                 nisa.tensor_tensor(dst=xs, data1=xs, data2=r, op=nl.add)
         if fused_norm_type != NormType.NO_NORM:
             xn = nl.ndarray((ts, H), cdt, buffer=nl.sbuf, name="xn")
-            rmsnorm_tok(xs, ts, H, gamma_b[0:ts] if gamma_b is not None else None, norm_eps, xn, hidden_actual)
+            rmsnorm_tok(
+                xs, ts, H, gamma_b[0:ts] if gamma_b is not None else None, norm_eps, xn, hidden_actual
+            )
             xs = xn
         xT = tok_to_hT(xs, ts, H)
         res = nl.ndarray((ts, I), nl.float32 if fused_rope else odt, buffer=nl.sbuf, name="qkv")
@@ -166,8 +196,12 @@ def qkv(
                 proj_tok(ps[:, 0 : ct.size], xT, wt, H)
                 c0 = col + ct.start
                 if bias_b is not None:
-                    nisa.tensor_tensor(dst=res[:, c0 : c0 + ct.size], data1=ps[:, 0 : ct.size],
-                                       data2=bias_b[0:ts, c0 : c0 + ct.size], op=nl.add)
+                    nisa.tensor_tensor(
+                        dst=res[:, c0 : c0 + ct.size],
+                        data1=ps[:, 0 : ct.size],
+                        data2=bias_b[0:ts, c0 : c0 + ct.size],
+                        op=nl.add,
+                    )
                 else:
                     nisa.tensor_copy(dst=res[:, c0 : c0 + ct.size], src=ps[:, 0 : ct.size])
             col += n
@@ -182,7 +216,15 @@ def qkv(
                     for r0 in range(t0, t0 + ts):
                         nisa.dma_copy(dst=dst[r0 - t0 : r0 - t0 + 1, :], src=tab[r0 % S : r0 % S + 1, :])
             final = nl.ndarray((ts, I), odt, buffer=nl.sbuf, name="qkv_out_sb")
-            rope_tok(final[:, 0 : (nq + nkv) * d_head], res[:, 0 : (nq + nkv) * d_head], cs, sn, ts, nq + nkv, d_head)
+            rope_tok(
+                final[:, 0 : (nq + nkv) * d_head],
+                res[:, 0 : (nq + nkv) * d_head],
+                cs,
+                sn,
+                ts,
+                nq + nkv,
+                d_head,
+            )
             nisa.tensor_copy(dst=final[:, (nq + nkv) * d_head : I], src=res[:, (nq + nkv) * d_head : I])
             res = final
         if output_layout == QKVOutputLayout.BSD:

@@ -9,10 +9,26 @@ from ..subkernels.rmsnorm_torch import rmsnorm_torch
 from ..utils.common_types import NormType, QKVOutputLayout, WeightLayout
 
 
-def qkv_torch_ref(input, fused_qkv_weights, output_layout=QKVOutputLayout.BSD, bias=None, fused_residual_add=False,
-                  mlp_prev=None, attention_prev=None, fused_norm_type=NormType.NO_NORM, gamma_norm_weights=None,
-                  norm_eps=1e-6, fused_rope=False, cos_cache=None, sin_cache=None, d_head=None, num_q_heads=None,
-                  num_kv_heads=None, weight_layout=WeightLayout.IN_OUT, **ignored):
+def qkv_torch_ref(
+    input,
+    fused_qkv_weights,
+    output_layout=QKVOutputLayout.BSD,
+    bias=None,
+    fused_residual_add=False,
+    mlp_prev=None,
+    attention_prev=None,
+    fused_norm_type=NormType.NO_NORM,
+    gamma_norm_weights=None,
+    norm_eps=1e-6,
+    fused_rope=False,
+    cos_cache=None,
+    sin_cache=None,
+    d_head=None,
+    num_q_heads=None,
+    num_kv_heads=None,
+    weight_layout=WeightLayout.IN_OUT,
+    **ignored,
+):
     parts = list(fused_qkv_weights) if isinstance(fused_qkv_weights, (tuple, list)) else [fused_qkv_weights]
     w = torch.cat([p.float() if weight_layout != WeightLayout.OUT_IN else p.float().T for p in parts], 1)
     x = input

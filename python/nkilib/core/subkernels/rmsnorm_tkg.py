@@ -50,7 +50,10 @@ def rmsnorm_tkg(
         kernel_assert(H % P == 0, f"rmsnorm_tkg: H={H} must be a multiple of 128")
         H1 = H // P
     kernel_assert(T <= 512, f"rmsnorm_tkg: B*S={T} tokens exceed 512")
-    kernel_assert(tuple(output.shape) == (P, T, H1), f"rmsnorm_tkg: output shape {tuple(output.shape)}, expected {(P, T, H1)}")
+    kernel_assert(
+        tuple(output.shape) == (P, T, H1),
+        f"rmsnorm_tkg: output shape {tuple(output.shape)}, expected {(P, T, H1)}",
+    )
     dt = input.dtype
     # x in [128, H1, T] with the requested hidden-index mapping.
     xT = nl.ndarray((P, H1, T), dt, buffer=nl.sbuf, name="rms_x")
@@ -58,7 +61,11 @@ def rmsnorm_tkg(
         nisa.tensor_copy(dst=xT, src=input.permute(0, 2, 1))
     else:
         x2 = input.reshape((T, H))
-        src = x2.reshape((T, H1, P)).permute(2, 1, 0) if hidden_dim_tp else x2.reshape((T, P, H1)).permute(1, 2, 0)
+        src = (
+            x2.reshape((T, H1, P)).permute(2, 1, 0)
+            if hidden_dim_tp
+            else x2.reshape((T, P, H1)).permute(1, 2, 0)
+        )
         nisa.dma_copy(dst=xT, src=src)
     gT = None
     if gamma is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def rmsnorm_torch(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6, hidden_actual: int | None = None):
+def rmsnorm_torch(
+    x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6, hidden_actual: int | None = None
+):
     """x / sqrt(mean(x^2) + eps) * gamma over the last dimension, in fp32; returns fp32."""
     xf = x.float()
     n = hidden_actual or x.shape[-1]
@@ -16,7 +18,9 @@ def rmsnorm_torch(x: torch.Tensor, gamma: torch.Tensor | None, eps: float = 1e-6
     return y
 
 
-def rmsnorm_tkg_torch(x: torch.Tensor, gamma, eps: float = 1e-6, hidden_dim_tp: bool = False, hidden_actual=None):
+def rmsnorm_tkg_torch(
+    x: torch.Tensor, gamma, eps: float = 1e-6, hidden_dim_tp: bool = False, hidden_actual=None
+):
     """rmsnorm_tkg's output layout: [128, B*S, H // 128]."""
     B, S, H = x.shape
     y = rmsnorm_torch(x.reshape(B * S, H), gamma, eps, hidden_actual)

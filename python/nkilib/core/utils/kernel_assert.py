@@ -8,4 +8,6 @@ def kernel_assert(cond, msg: str) -> None:
 
 
 def assert_shape(t, shape, name: str) -> None:
-    kernel_assert(tuple(t.shape) == tuple(shape), f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    kernel_assert(
+        tuple(t.shape) == tuple(shape), f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}"
+    )

@@ -212,7 +212,9 @@ def proj_T(ps, wT, c0: int, msz: int, xT, K: int, rows=None) -> None:
 # Normalization
 
 
-def rmsnorm_hT(xT, H: int, T: int, gamma_T, eps: float, out_dtype, hidden_actual: int | None = None, name="xn"):
+def rmsnorm_hT(
+    xT, H: int, T: int, gamma_T, eps: float, out_dtype, hidden_actual: int | None = None, name="xn"
+):
     """RMSNorm over the hidden dimension of an hT tile: x * rsqrt(mean(x^2) + eps) * gamma.
     Statistics in fp32; the cross-partition sum of squares is a matmul with a ones matrix,
     which also broadcasts it to every partition. gamma_T: hT-layout [128, KC] (or None)."""
@@ -249,12 +251,16 @@ def rmsnorm_hT(xT, H: int, T: int, gamma_T, eps: float, out_dtype, hidden_actual
         if hi <= lo or parts == 0:
             continue
         nisa.tensor_tensor(
-            dst=tmp[0:parts, lo:hi, :], data1=xT[0:parts, lo:hi, :], data2=rb[0:parts].broadcast(1, hi - lo),
+            dst=tmp[0:parts, lo:hi, :],
+            data1=xT[0:parts, lo:hi, :],
+            data2=rb[0:parts].broadcast(1, hi - lo),
             op=nl.multiply,
         )
         if gamma_T is not None:
             g = gamma_T[0:parts, lo:hi].expand_dim(2).broadcast(2, T)
-            nisa.tensor_tensor(dst=out[0:parts, lo:hi, :], data1=tmp[0:parts, lo:hi, :], data2=g, op=nl.multiply)
+            nisa.tensor_tensor(
+                dst=out[0:parts, lo:hi, :], data1=tmp[0:parts, lo:hi, :], data2=g, op=nl.multiply
+            )
     return out
 
 
@@ -264,7 +270,14 @@ def rmsnorm_tok(xs, T: int, H: int, gamma_b, eps: float, out, hidden_actual: int
     f32 = nl.float32
     sq = nl.ndarray((T, H), f32, buffer=nl.sbuf, name=name + "_sq")
     ss = nl.ndarray((T, 1), f32, buffer=nl.sbuf, name=name + "_ss")
-    nisa.activation(dst=sq, op=nl.square, data=xs, reduce_op=nl.add, reduce_res=ss, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    nisa.activation(
+        dst=sq,
+        op=nl.square,
+        data=xs,
+        reduce_op=nl.add,
+        reduce_res=ss,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+    )
     n = hidden_actual or H
     nisa.tensor_scalar(dst=ss, data=ss, op0=nl.multiply, operand0=1.0 / n, op1=nl.add, operand1=float(eps))
     nisa.activation(dst=ss, op=nl.rsqrt, data=ss)
@@ -301,7 +314,12 @@ def rope_tok(dst, x, cos, sin, T: int, nh: int, d: int, name: str = "rope", back
     nisa.tensor_tensor(dst=a, data1=x1, data2=c1, op=nl.multiply)
     nisa.tensor_tensor(dst=b, data1=x2, data2=s1, op=nl.multiply)
     o1 = nl.ndarray((T, nh, h), o3.dtype, buffer=nl.sbuf, name=name + "_o1") if x3._b is o3._b else None
-    nisa.tensor_tensor(dst=o1 if o1 is not None else o3[0:T, :, 0:h], data1=a, data2=b, op=nl.add if backward else nl.subtract)
+    nisa.tensor_tensor(
+        dst=o1 if o1 is not None else o3[0:T, :, 0:h],
+        data1=a,
+        data2=b,
+        op=nl.add if backward else nl.subtract,
+    )
     nisa.tensor_tensor(dst=a, data1=x2, data2=c2, op=nl.multiply)
     nisa.tensor_tensor(dst=b, data1=x1, data2=s2, op=nl.multiply)
     nisa.tensor_tensor(dst=o3[0:T, :, h:d], data1=a, data2=b, op=nl.subtract if backward else nl.add)
@@ -331,4 +349,6 @@ def gather_rows(dst, table, reg, n: int) -> None:
     """dst [n, F] <- table[reg : reg + n, :] (a dynamic-offset DMA; the offset is bounds-checked
     when the kernel runs)."""
     F = table.shape[1]
-    nisa.dma_copy(dst=dst, src=table.ap(pattern=[[F, n], [1, F]], offset=0, scalar_offset=reg, indirect_dim=0))
+    nisa.dma_copy(
+        dst=dst, src=table.ap(pattern=[[F, n], [1, F]], offset=0, scalar_offset=reg, indirect_dim=0)
+    )

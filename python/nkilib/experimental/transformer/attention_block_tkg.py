@@ -47,15 +47,22 @@ class AttnBlockSpec:
         parts = list(W_qkv) if isinstance(W_qkv, (tuple, list)) else [W_qkv]
         dims = [weight_dims(w, layout) for w in parts]
         for i, (k_in, _) in enumerate(dims):
-            kernel_assert(k_in == H, f"attention block: QKV weight {i} {parts[i].shape} does not take H={H} inputs ({layout})")
+            kernel_assert(
+                k_in == H,
+                f"attention block: QKV weight {i} {parts[i].shape} does not take H={H} inputs ({layout})",
+            )
         I = sum(n for _, n in dims)
         kernel_assert(I % d_head == 0, f"attention block: QKV width {I} is not a multiple of d_head={d_head}")
         self.Hq = I // d_head - 2 * n_kv_heads
-        kernel_assert(self.Hq > 0 and self.Hq % n_kv_heads == 0,
-                      f"attention block: QKV width {I} = (Hq + 2 * {n_kv_heads}) * {d_head} gives Hq={self.Hq}")
+        kernel_assert(
+            self.Hq > 0 and self.Hq % n_kv_heads == 0,
+            f"attention block: QKV width {I} = (Hq + 2 * {n_kv_heads}) * {d_head} gives Hq={self.Hq}",
+        )
         k_out, h_out = weight_dims(W_out, layout)
-        kernel_assert((k_out, h_out) == (self.Hq * d_head, H),
-                      f"attention block: W_out {W_out.shape} must map {self.Hq * d_head} -> {H} ({layout})")
+        kernel_assert(
+            (k_out, h_out) == (self.Hq * d_head, H),
+            f"attention block: W_out {W_out.shape} must map {self.Hq * d_head} -> {H} ({layout})",
+        )
         self.parts, self.dims, self.I = parts, dims, I
         self.W_out, self.H, self.Hkv, self.d, self.layout = W_out, H, n_kv_heads, d_head, layout
 
@@ -72,7 +79,9 @@ def load_rope_tables(cos, sin, B: int, S: int, pos_sb, d: int):
             kernel_assert(tuple(tab.shape) == (h, B, S), f"RoPE table {tab.shape} must be [{h}, {B}, {S}]")
             nisa.dma_copy(dst=t, src=tab.permute(1, 2, 0))
         else:
-            kernel_assert(len(tab.shape) == 2 and tab.shape[1] == h, f"RoPE table {tab.shape} must be [max_pos, {h}]")
+            kernel_assert(
+                len(tab.shape) == 2 and tab.shape[1] == h, f"RoPE table {tab.shape} must be [max_pos, {h}]"
+            )
             kernel_assert(pos_sb is not None, "gathering RoPE tables needs position_ids")
             for b in range(B):
                 gather_rows(t[b * S : (b + 1) * S, :], tab, position_register(pos_sb, b), S)
@@ -115,7 +124,9 @@ def attention_block_hT(
     k_tok, v_tok = qk[:, Hq * d : nqk], qkv[:, nqk : spec.I]
     qT = heads_to_T(qk[:, 0 : Hq * d], T, Hq, d, "qT")
     kT = heads_to_T(k_tok, T, Hkv, d, "kT")
-    attnT = attention_decode_sbuf(qT, kT, v_tok, B, S, Hq, Hkv, d, 1.0 / math.sqrt(d), K_cache, V_cache, pos_sb)
+    attnT = attention_decode_sbuf(
+        qT, kT, v_tok, B, S, Hq, Hkv, d, 1.0 / math.sqrt(d), K_cache, V_cache, pos_sb
+    )
     if update_cache:
         write_kv_cache(K_cache, k_tok, B, S, Hkv, d, pos_sb)
         write_kv_cache(V_cache, v_tok, B, S, Hkv, d, pos_sb)
@@ -138,7 +149,9 @@ def add_residual(resT, xT, H: int) -> None:
     if KF:
         nisa.tensor_tensor(dst=resT[:, 0:KF, :], data1=resT[:, 0:KF, :], data2=xT[:, 0:KF, :], op=nl.add)
     if rem:
-        nisa.tensor_tensor(dst=resT[0:rem, KF, :], data1=resT[0:rem, KF, :], data2=xT[0:rem, KF, :], op=nl.add)
+        nisa.tensor_tensor(
+            dst=resT[0:rem, KF, :], data1=resT[0:rem, KF, :], data2=xT[0:rem, KF, :], op=nl.add
+        )
 
 
 def _norm_gamma(gamma, H: int):
@@ -191,12 +204,21 @@ def attention_block_tkg(
 
     Returns: (out [B, S, H],).
     """
-    for name, v in (("bias_qkv", bias_qkv), ("bias_out", bias_out), ("attention_mask", attention_mask), ("sink", sink)):
+    for name, v in (
+        ("bias_qkv", bias_qkv),
+        ("bias_out", bias_out),
+        ("attention_mask", attention_mask),
+        ("sink", sink),
+    ):
         kernel_assert(v is None, f"attention_block_tkg: {name} is not supported on neuron-emu")
-    kernel_assert(quantization_type_qkv == QuantizationType.NONE and quantization_type_out == QuantizationType.NONE,
-                  "attention_block_tkg: quantization is not supported on neuron-emu")
-    kernel_assert(rope_contiguous_layout and not K_cache_transposed and not out_in_sb and not transposed_out,
-                  "attention_block_tkg: only rope_contiguous_layout=True, K_cache_transposed=False, HBM output")
+    kernel_assert(
+        quantization_type_qkv == QuantizationType.NONE and quantization_type_out == QuantizationType.NONE,
+        "attention_block_tkg: quantization is not supported on neuron-emu",
+    )
+    kernel_assert(
+        rope_contiguous_layout and not K_cache_transposed and not out_in_sb and not transposed_out,
+        "attention_block_tkg: only rope_contiguous_layout=True, K_cache_transposed=False, HBM output",
+    )
     if weight_layout == QKVWeightLayout.CONTIGUOUS:
         weight_layout = WeightLayout.IN_OUT
     B, S, H = X.shape
@@ -210,6 +232,8 @@ def attention_block_tkg(
     gT = _norm_gamma(rmsnorm_X_gamma, H) if rmsnorm_X_enabled else None
     if rmsnorm_X_enabled and gT is None:  # RMSNorm without a scale
         resT = rmsnorm_hT(resT, H, B * S, None, rmsnorm_X_eps, cdt, name="attn_norm")
-    outT = attention_block_hT(resT, spec, B, S, gT, rmsnorm_X_eps, rope, K_cache, V_cache, pos_sb, update_cache, cdt)
+    outT = attention_block_hT(
+        resT, spec, B, S, gT, rmsnorm_X_eps, rope, K_cache, V_cache, pos_sb, update_cache, cdt
+    )
     store_hT(out.reshape((B * S, H)), outT)
     return (out,)

@@ -8,7 +8,15 @@ import nki.language as nl
 from ...core.mlp.mlp_tkg import MlpWeights, down_T, gate_up_act
 from ...core.utils.common_types import ActFnType, QKVWeightLayout, WeightLayout
 from ...core.utils.kernel_assert import kernel_assert
-from ...core.utils.tile_ops import compute_dtype, load_hT, load_positions, load_vec_T, rmsnorm_hT, store_hT, weight_dims
+from ...core.utils.tile_ops import (
+    compute_dtype,
+    load_hT,
+    load_positions,
+    load_vec_T,
+    rmsnorm_hT,
+    store_hT,
+    weight_dims,
+)
 from .attention_block_tkg import AttnBlockSpec, add_residual, attention_block_hT, load_rope_tables
 
 
@@ -67,17 +75,29 @@ def transformer_tkg(
 
     Returns: [B, S_tkg, H] hidden states after the last layer.
     """
-    kernel_assert(replica_groups is None, "transformer_tkg: collectives (replica_groups) are not supported on neuron-emu")
-    kernel_assert(mask_cache is None and mask_active is None,
-                  "transformer_tkg: neuron-emu generates the masks from position_ids (pass mask_cache=None, mask_active=None)")
+    kernel_assert(
+        replica_groups is None,
+        "transformer_tkg: collectives (replica_groups) are not supported on neuron-emu",
+    )
+    kernel_assert(
+        mask_cache is None and mask_active is None,
+        "transformer_tkg: neuron-emu generates the masks from position_ids (pass mask_cache=None, mask_active=None)",
+    )
     kernel_assert(position_ids is not None, "transformer_tkg: position_ids is required")
-    kernel_assert(not W_gate_scales and not W_up_scales and not W_down_scales, "transformer_tkg: FP8 scales are not supported")
-    kernel_assert(clamp_bound == 0.0, "transformer_tkg: clamp_bound is for FP8 quantization, which is not supported")
+    kernel_assert(
+        not W_gate_scales and not W_up_scales and not W_down_scales,
+        "transformer_tkg: FP8 scales are not supported",
+    )
+    kernel_assert(
+        clamp_bound == 0.0, "transformer_tkg: clamp_bound is for FP8 quantization, which is not supported"
+    )
     if weight_layout == QKVWeightLayout.CONTIGUOUS:
         weight_layout = WeightLayout.IN_OUT
     lists = (W_qkvs, W_outs, W_gates, W_ups, W_downs, W_gamma_qkvs, W_gamma_mlps, K_caches, V_caches)
     for lst in lists:
-        kernel_assert(len(lst) >= num_layers, f"transformer_tkg: {num_layers} layers but a weight list has {len(lst)}")
+        kernel_assert(
+            len(lst) >= num_layers, f"transformer_tkg: {num_layers} layers but a weight list has {len(lst)}"
+        )
     B, S, H = X.shape
     T = B * S
     kernel_assert(T <= 128, f"transformer_tkg: B*S_tkg={T} exceeds 128 (use the CTE kernels for prefill)")
@@ -90,7 +110,9 @@ def transformer_tkg(
     for layer in range(num_layers):
         spec = AttnBlockSpec(W_qkvs[layer], W_outs[layer], H, Hkv, d, weight_layout)
         g_attn = load_vec_T(W_gamma_qkvs[layer], H, nl.float32, name="gamma_attn")
-        attn = attention_block_hT(resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt)
+        attn = attention_block_hT(
+            resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt
+        )
         add_residual(resT, attn, H)
         _, I = weight_dims(W_ups[layer], weight_layout)
         w = MlpWeights(W_gates[layer], W_ups[layer], W_downs[layer], weight_layout, H, I, cdt)

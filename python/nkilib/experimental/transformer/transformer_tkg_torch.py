@@ -29,12 +29,28 @@ def _rope(x, c, s):  # x [B, S, n, d]; c, s [B, S, d/2]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
 
 
-def transformer_tkg_torch(X, W_qkvs, W_outs, W_gates, W_ups, W_downs, W_gamma_qkvs, W_gamma_mlps, K_caches, V_caches,
-                          RoPE_cos, RoPE_sin, position_ids, num_layers, eps=1e-6, weight_layout=WeightLayout.IN_OUT,
-                          **ignored):
+def transformer_tkg_torch(
+    X,
+    W_qkvs,
+    W_outs,
+    W_gates,
+    W_ups,
+    W_downs,
+    W_gamma_qkvs,
+    W_gamma_mlps,
+    K_caches,
+    V_caches,
+    RoPE_cos,
+    RoPE_sin,
+    position_ids,
+    num_layers,
+    eps=1e-6,
+    weight_layout=WeightLayout.IN_OUT,
+    **ignored,
+):
     """Returns (out [B, S, H] in X.dtype, updated copies of the caches)."""
     dt = X.dtype
-    B, S, H = X.shape
+    B, S, _H = X.shape
     Hkv, d = K_caches[0].shape[1], K_caches[0].shape[3]
     pos = position_ids.reshape(-1).long()
     pos = pos.expand(B) if pos.numel() == 1 else pos
