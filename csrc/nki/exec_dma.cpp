@@ -119,7 +119,6 @@ int64_t dma_walk(const View& dst, const View& src, int64_t* first_bad) {
   return bad;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Structural copies (same dtype, no definedness tracking): both views are refined to a common
 // shape, so each dimension has one count and two strides; then a copy is runs of memcpy, a
@@ -182,7 +181,8 @@ void merge_dims(Dim* dims, int& nd) {
 
 // Calls fn(dst, src) for every index of the dimensions in `loop` (an odometer).
 template <typename Fn>
-void for_each_index(uint8_t* d, const uint8_t* s, const Dim* dims, const int* loop, int nl, Fn&& fn) {
+void for_each_index(uint8_t* d, const uint8_t* s, const Dim* dims, const int* loop, int nl,
+                    Fn&& fn) {
   int64_t idx[kMaxRefined] = {};
   while (true) {
     fn(d, s);
@@ -209,7 +209,8 @@ inline void copy_el(uint8_t* d, const uint8_t* s) {
 // 8 x 8 block of 16-bit elements: src rows i (8 contiguous j each) -> dst rows j (8 contiguous i).
 inline void transpose8x8_u16(uint8_t* d, int64_t dstride, const uint8_t* s, int64_t sstride) {
   __m128i r[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * sstride));
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * sstride));
   const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
   const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
   const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
@@ -218,8 +219,9 @@ inline void transpose8x8_u16(uint8_t* d, int64_t dstride, const uint8_t* s, int6
   const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
   const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
   const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
-  const __m128i o[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4), _mm_unpacklo_epi64(b1, b5),
-                        _mm_unpackhi_epi64(b1, b5), _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
+  const __m128i o[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4),
+                        _mm_unpacklo_epi64(b1, b5), _mm_unpackhi_epi64(b1, b5),
+                        _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
                         _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
   for (int j = 0; j < 8; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(d + j * dstride), o[j]);
 }
@@ -265,7 +267,8 @@ void transpose2d(uint8_t* d, const uint8_t* s, const Dim& a, const Dim& b) {
         jr = jend;
         ir = iend;
         for (int64_t j = b0; j < jr; ++j)  // ragged columns of the register-blocked rows
-          for (int64_t i = ir; i < a1; ++i) copy_el<ES>(d + j * b.ds + i * a.ds, s + j * b.ss + i * a.ss);
+          for (int64_t i = ir; i < a1; ++i)
+            copy_el<ES>(d + j * b.ds + i * a.ds, s + j * b.ss + i * a.ss);
       }
 #endif
       for (int64_t j = jr; j < b1; ++j) {
@@ -285,7 +288,8 @@ void copy_structured(uint8_t* d, const uint8_t* s, const Dim* dims, int nd) {
     int nl = 0;
     for (int k = 1; k < nd; ++k) loop[nl++] = k;
     const auto bytes = static_cast<size_t>(in.n * ES);
-    for_each_index(d, s, dims, loop, nl, [&](uint8_t* dp, const uint8_t* sp) { std::memcpy(dp, sp, bytes); });
+    for_each_index(d, s, dims, loop, nl,
+                   [&](uint8_t* dp, const uint8_t* sp) { std::memcpy(dp, sp, bytes); });
     return;
   }
   // A transpose: the unit-stride dimension of one side is another dimension of the other.
@@ -302,8 +306,9 @@ void copy_structured(uint8_t* d, const uint8_t* s, const Dim* dims, int nd) {
     int nl = 0;
     for (int k = 0; k < nd; ++k)
       if (k != a && k != b) loop[nl++] = k;
-    for_each_index(d, s, dims, loop, nl,
-                   [&](uint8_t* dp, const uint8_t* sp) { transpose2d<ES>(dp, sp, dims[a], dims[b]); });
+    for_each_index(d, s, dims, loop, nl, [&](uint8_t* dp, const uint8_t* sp) {
+      transpose2d<ES>(dp, sp, dims[a], dims[b]);
+    });
     return;
   }
   int nl = 0;
@@ -415,6 +420,5 @@ void exec_dma(Ctx& c) {
     c.note_undefined(1);
   }
 }
-
 
 }  // namespace neuron::nki::detail

@@ -7,18 +7,20 @@ namespace neuron::nki::simd {
 
 namespace {
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define NKI_SIMD_AVX2 1
 // The same loops as the portable versions; the target attribute lets -O3 vectorise them with
 // 256-bit FMAs.
-__attribute__((target("avx2,fma"))) void axpy_f32_avx2(float* __restrict y, float a, const float* __restrict x,
-                                                         int64_t n) {
+__attribute__((target("avx2,fma"))) void axpy_f32_avx2(float* __restrict y, float a,
+                                                       const float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 __attribute__((target("avx2,fma"))) void axpy_bf16_avx2(float* __restrict y, float a,
-                                                          const uint16_t* __restrict x, int64_t n) {
+                                                        const uint16_t* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
 }
 #endif

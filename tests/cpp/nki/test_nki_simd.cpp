@@ -33,7 +33,8 @@ TEST(NkiSimd, AxpyMatchesPortableForEveryLength) {
     simd::axpy_f32(y1.data(), a, x.data(), n);
     simd::axpy_f32_portable(y2.data(), a, x.data(), n);
     // FMA (one rounding) vs multiply-then-add (two): at most an ulp apart.
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y1[i], y2[i], 1e-6f * (1 + std::fabs(y2[i]))) << n << " " << i;
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(y1[i], y2[i], 1e-6f * (1 + std::fabs(y2[i]))) << n << " " << i;
     y1 = y0;
     y2 = y0;
     simd::axpy_bf16(y1.data(), a, xb.data(), n);
