@@ -289,7 +289,7 @@ void copy_structured(uint8_t* d, const uint8_t* s, const Dim* dims, int nd) {
     for (int k = 1; k < nd; ++k) loop[nl++] = k;
     const auto bytes = static_cast<size_t>(in.n * ES);
     for_each_index(d, s, dims, loop, nl,
-                   [&](uint8_t* dp, const uint8_t* sp) { std::memcpy(dp, sp, bytes); });
+                   [&](uint8_t* dp, const uint8_t* sp) { std::memmove(dp, sp, bytes); });
     return;
   }
   // A transpose: the unit-stride dimension of one side is another dimension of the other.

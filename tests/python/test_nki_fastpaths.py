@@ -105,3 +105,50 @@ def test_thin_matmul_matches_gemm_path(K, M, N, dtype):
     for out in _twice(thin_matmuls, a, b):
         # fp32 accumulation over K <= 128 terms of O(1) products: error ~ sqrt(K) * 2^-24 * |sum|.
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+@nki.jit
+def register_offsets(x, pos, into_sbuf):
+    """Reads row pos[0] of x with a register offset (HBM input), optionally also writing an
+    SBUF tile at a register-selected column."""
+    out = nl.ndarray((1, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    p = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=p, src=pos)
+    r = nisa.register_alloc()
+    nisa.register_load(r, p)
+    row = nl.ndarray((1, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=x.ap(pattern=[[x.shape[1], 1], [1, x.shape[1]]], offset=0, scalar_offset=r))
+    if into_sbuf:
+        t = nl.ndarray((1, 2 * x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0.0)
+        nisa.tensor_copy(
+            dst=t.ap(
+                pattern=[[2 * x.shape[1], 1], [1, x.shape[1]]], offset=0, scalar_offset=r, indirect_dim=1
+            ),
+            src=row,
+        )
+        nisa.tensor_copy(dst=row, src=t[:, 0 : x.shape[1]])
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+def test_uninitialized_memory_recheck_only_for_on_chip_register_offsets():
+    """Register offsets into kernel inputs (a KV-cache row) touch memory whose definedness is
+    the same on every run: checked on the first run only. Into SBUF they are checked every run."""
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    pos = np.array([[2]], np.int32)
+    hbm_only = register_offsets.specialize(x, pos, False).programs[0]
+    on_chip = register_offsets.specialize(x, pos, True).programs[0]
+    assert hbm_only.dynamic and not hbm_only.needs_recheck
+    assert on_chip.dynamic and on_chip.needs_recheck
+    for _ in range(2):
+        np.testing.assert_array_equal(register_offsets(x, pos, False), x[2:3])
+        np.testing.assert_array_equal(
+            register_offsets(x, np.array([[1]], np.int32), True)[0], _shifted(x[1], 1)
+        )
+
+
+def _shifted(row, k):
+    out = np.zeros_like(row)
+    out[k:] = row[: len(row) - k]
+    return out
