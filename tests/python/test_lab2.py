@@ -82,6 +82,28 @@ def test_variants_match_base_tiny(embed_scale):
             torch.testing.assert_close(x, y, rtol=2e-2, atol=2e-2 * y.abs().max().item())
 
 
+def test_variants_match_base_with_a_batch_of_two():
+    outs = {}
+    for variant in MODULES:
+        _, model, cfg, dev = build(variant, "tiny", 0.02)
+        cos, sin = model.rope(dev, torch.float32)
+        kc, vc = model.new_cache(2, dev, torch.bfloat16)
+        toks = torch.tensor([[1, 2, 3, 4, 5], [9, 8, 7, 6, 5]], dtype=torch.int32, device=dev)
+        with torch.no_grad():
+            logits = [model(toks, torch.arange(5, dtype=torch.int32, device=dev), cos, sin, kc, vc)]
+            for i in range(3):
+                tok = logits[-1].argmax(-1)[:, None].to(torch.int32)
+                logits.append(
+                    model(tok, torch.tensor([5 + i], dtype=torch.int32, device=dev), cos, sin, kc, vc)
+                )
+        outs[variant] = [lg.float().cpu() for lg in logits]
+    for variant in ("core", "experimental"):
+        assert [lg.argmax(-1).tolist() for lg in outs[variant]] == [
+            lg.argmax(-1).tolist() for lg in outs["base"]
+        ]
+        assert_logits_close(outs[variant], outs["base"])
+
+
 def test_variants_match_base_small():
     base_ids, base_logits, _ = generate("base", "small", 2)
     for variant in ("core", "experimental"):
