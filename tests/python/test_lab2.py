@@ -85,7 +85,7 @@ def test_variants_match_base_tiny(embed_scale):
 def test_variants_match_base_with_a_batch_of_two():
     outs = {}
     for variant in MODULES:
-        _, model, cfg, dev = build(variant, "tiny", 0.02)
+        _, model, _cfg, dev = build(variant, "tiny", 0.02)
         cos, sin = model.rope(dev, torch.float32)
         kc, vc = model.new_cache(2, dev, torch.bfloat16)
         toks = torch.tensor([[1, 2, 3, 4, 5], [9, 8, 7, 6, 5]], dtype=torch.int32, device=dev)
