@@ -48,7 +48,6 @@ def profile_step(step, out_dir: str = "profile", top: int = 12):
 
 def main() -> None:
     from llama_base.config import SIZES
-
     from run import VARIANTS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,7 +58,9 @@ def main() -> None:
     cfg = SIZES[args.size]
     dev = torch.device("neuron")
     torch.manual_seed(0)
-    model = importlib.import_module(VARIANTS[args.model]).Llama(cfg).to(device=dev, dtype=torch.bfloat16).eval()
+    model = (
+        importlib.import_module(VARIANTS[args.model]).Llama(cfg).to(device=dev, dtype=torch.bfloat16).eval()
+    )
     cos, sin = model.rope(dev, torch.float32)
     k_cache, v_cache = model.new_cache(1, dev, torch.bfloat16)
     tok = torch.tensor([[1]], dtype=torch.int32, device=dev)
