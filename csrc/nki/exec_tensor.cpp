@@ -7,6 +7,7 @@
 #include "exec_internal.h"
 #include "kernels/blas.h"
 #include "kernels/gemm.h"
+#include "simd.h"
 
 namespace neuron::nki::detail {
 
@@ -49,6 +50,56 @@ void tile_gemm(const kernels::GemmProblem& g) {
   rt::parallel_for(0, g.n, grain, run);
 }
 
+// Matmuls with one thin operand (decode: one to a few tokens against a weight tile) as rows of
+// AXPYs straight from the SBUF rows: the wide operand is read once in its own dtype instead of
+// being gathered into fp32 and handed to a GEMV. fp32 accumulation over k in order, like PSUM.
+constexpr int64_t kThin = 16;
+
+bool thin_dtype(DT t) { return t == DT::BFloat16 || t == DT::Float32; }
+
+inline void axpy_row(float* y, float a, const View& v, int64_t k, int64_t n) {
+  const uint8_t* row = v.base + k * v.stride[0];
+  if (v.dtype == DT::BFloat16)
+    simd::axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
+  else
+    simd::axpy_f32(y, a, reinterpret_cast<const float*>(row), n);
+}
+
+bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
+  const int64_t K = s.parts(), M = s.free(), N = m.free();
+  if (std::min(M, N) > kThin) return false;
+  for (const View* v : {&s, &m})
+    if (v->ndim != 2 || v->stride[1] != v->es || !thin_dtype(v->dtype)) return false;
+  Scratch& sc = scratch();
+  // acc_rows x width accumulator: the thin operand indexes the rows, the wide one is streamed.
+  const bool thin_moving = N <= M;
+  const int64_t rows = thin_moving ? N : M, width = thin_moving ? M : N;
+  float* A = sc.fb(2, rows * width);
+  std::fill(A, A + rows * width, 0.0f);
+  float* coef = sc.fb(3, rows);
+  const View& thin = thin_moving ? m : s;
+  const View& wide = thin_moving ? s : m;
+  for (int64_t k = 0; k < K; ++k) {
+    load_f32(thin.dtype, thin.base + k * thin.stride[0], thin.es, rows, coef);
+    for (int64_t r = 0; r < rows; ++r) axpy_row(A + r * width, coef[r], wide, k, width);
+  }
+  // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary)
+  float* out = sc.fb(4, N);
+  float* prev = sc.fb(5, N);
+  for (int64_t i = 0; i < M; ++i) {
+    if (thin_moving)
+      for (int64_t j = 0; j < N; ++j) out[j] = A[j * M + i];
+    else
+      std::copy(A + i * N, A + (i + 1) * N, out);
+    if (acc) {
+      load_row(d, i, prev);
+      for (int64_t j = 0; j < N; ++j) out[j] += prev[j];
+    }
+    store_row(d, i, out);
+  }
+  return true;
+}
+
 // Gathers a [K, F] on-chip operand into a dense row-major fp32 matrix (and its definedness).
 void gather(const View& v, float* out, uint8_t* def, bool check) {
   const int64_t F = v.free();
@@ -68,6 +119,12 @@ void exec_matmul(Ctx& c) {
   make_view(c, 2, m);
   collapse_free(d);
   const bool dbl = in.i[2] == 1, acc = in.i[0] != 0, transpose = in.i[1] != 0;
+  if (!c.check && !dbl && !transpose) {
+    View s2 = s, m2 = m;
+    collapse_free(s2);
+    collapse_free(m2);
+    if (thin_matmul(d, s2, m2, acc)) return;
+  }
   const int64_t K = s.parts(), SF = s.free(), MF = m.free();
   const int64_t M = dbl ? SF / 2 : SF, N = dbl ? MF / 2 : MF, Kt = dbl ? 2 * K : K;
   Scratch& sc = scratch();

@@ -1036,6 +1036,7 @@ void Program::add(const Instr& in_) {
     case Op::WhileBegin:
       open_loops_.push_back(idx);
       dynamic_ = true;
+      recheck_ = true;
       break;
     case Op::LoopEnd:
     case Op::WhileEnd: {
@@ -1055,7 +1056,13 @@ void Program::add(const Instr& in_) {
   }
   for (int k = 0; k < in.nap; ++k) {
     if (!in.ap[k].present()) continue;
-    if (in.ap[k].reg >= 0) dynamic_ = true;
+    if (in.ap[k].reg >= 0) {
+      dynamic_ = true;
+      // A data-dependent address into on-chip or kernel-written HBM memory can touch different
+      // (maybe never-written) bytes on every run; into kernel inputs it cannot.
+      const Buffer& b = buffers_[in.ap[k].buf];
+      if (b.mem != Mem::Hbm || !b.is_input) recheck_ = true;
+    }
     const bool writes = k == 0 && in.op != Op::RegLoad;
     const bool extra_write =
         (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||

@@ -173,6 +173,10 @@ class Program {
   int num_slots() const { return num_slots_; }
   bool finalized() const { return finalized_; }
   bool dynamic() const { return dynamic_; }  // has runtime loops or register offsets
+  // Whether the uninitialized-memory check must run on every execution: runtime loops, or
+  // register offsets into SBUF/PSUM or kernel-created HBM tensors. (Register offsets into
+  // kernel inputs only, e.g. a KV-cache row, read and write the same definedness every run.)
+  bool needs_recheck() const { return recheck_; }
   const std::vector<std::array<Phys, kMaxOperands>>& phys() const { return phys_; }
 
   // Interns a string (location or API name) and returns its index.
@@ -223,6 +227,7 @@ class Program {
   int num_slots_ = 0;
   bool finalized_ = false;
   bool dynamic_ = false;
+  bool recheck_ = false;
 };
 
 }  // namespace neuron::nki

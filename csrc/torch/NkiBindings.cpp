@@ -263,6 +263,7 @@ void register_nki(py::module_& parent) {
       .def("finalize", &Program::finalize)
       .def_property_readonly("finalized", &Program::finalized)
       .def_property_readonly("dynamic", &Program::dynamic)
+      .def_property_readonly("needs_recheck", &Program::needs_recheck)
       .def_property_readonly("num_slots", &Program::num_slots)
       .def("dump", &Program::dump)
       .def("serialize", [](const Program& p) { return py::bytes(p.serialize()); })

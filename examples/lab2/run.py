@@ -73,7 +73,8 @@ def main() -> None:
     print(f"Params  : {n_params:,}  ({n_params * 2 / 2**20:.1f} MB {str(dtype).split('.')[-1]})")
     print()
 
-    prompt = torch.tensor([PROMPT], dtype=torch.int32, device=device)
+    prompt_ids = [t % cfg.vocab_size for t in PROMPT]  # the "tiny" size has a 1024-token vocabulary
+    prompt = torch.tensor([prompt_ids], dtype=torch.int32, device=device)
     prompt_pos = torch.arange(len(PROMPT), dtype=torch.int32, device=device)
     positions = [torch.tensor([len(PROMPT) + i], dtype=torch.int32, device=device) for i in range(args.tokens)]
 

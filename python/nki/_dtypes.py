@@ -66,10 +66,26 @@ def is_float(dt: str) -> bool:
     return dt in FLOATS or dt.endswith("_x4")
 
 
+_RESOLVED: dict = {}  # torch / numpy dtype objects already mapped (hot path of every launch)
+
+
 def to_dtype(x) -> DType:
     """Accepts an NKI dtype, its name, a numpy dtype/type or a torch dtype."""
     if isinstance(x, DType):
         return x
+    try:
+        hit = _RESOLVED.get(x)
+    except TypeError:  # unhashable
+        hit = None
+    if hit is not None:
+        return hit
+    r = _to_dtype(x)
+    if not isinstance(x, str):
+        _RESOLVED[x] = r
+    return r
+
+
+def _to_dtype(x) -> DType:
     if isinstance(x, str):
         name = {"bool_": "bool", "float": "float32", "fp32": "float32", "bf16": "bfloat16"}.get(x, x)
         if name in ALL:

@@ -44,6 +44,26 @@ def _is_tensor(x) -> bool:
     return np is not None and isinstance(x, np.ndarray)
 
 
+_TRACING_TENSOR_TYPES: tuple | None = None
+
+
+def _tracing_types() -> tuple:
+    """FakeTensor and FunctionalTensor (tensors that only carry shapes under torch.compile)."""
+    global _TRACING_TENSOR_TYPES
+    if _TRACING_TENSOR_TYPES is None:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        types = [FakeTensor]
+        try:
+            from torch._subclasses.functional_tensor import FunctionalTensor
+
+            types.append(FunctionalTensor)
+        except ImportError:  # pragma: no cover
+            pass
+        _TRACING_TENSOR_TYPES = tuple(types)
+    return _TRACING_TENSOR_TYPES
+
+
 def _framework(tensors) -> tuple[str, object]:
     """("numpy" | "cpu" | "neuron" | "fake", device) of the tensor arguments."""
     t = _torch()
@@ -51,9 +71,7 @@ def _framework(tensors) -> tuple[str, object]:
     device = None
     for x in tensors:
         if t is not None and isinstance(x, t.Tensor):
-            from torch._subclasses.fake_tensor import FakeTensor
-
-            if isinstance(x, FakeTensor) or x.device.type == "meta" or _is_functional(x):
+            if isinstance(x, _tracing_types()) or x.device.type == "meta":
                 kinds.add("fake")
                 device = x.device
             elif x.device.type == "neuron":
@@ -74,16 +92,6 @@ def _framework(tensors) -> tuple[str, object]:
     if len(kinds) > 1:
         raise ValueError(f"NKI kernel arguments mix {sorted(kinds)} tensors; pass all on one device")
     return (kinds.pop() if kinds else "numpy"), device
-
-
-def _is_functional(x) -> bool:
-    t = _torch()
-    try:
-        from torch._subclasses.functional_tensor import FunctionalTensor
-
-        return isinstance(x, FunctionalTensor)
-    except ImportError:  # pragma: no cover
-        return t is not None and False
 
 
 def _tensor_spec(x) -> tuple:
@@ -524,7 +532,7 @@ def _want_check(traced: TracedKernel, force: bool | None) -> bool:
     mode = _check_mode()
     if mode == "never":
         return False
-    if mode == "always" or traced.programs and any(p.dynamic for p in traced.programs):
+    if mode == "always" or traced.programs and any(p.needs_recheck for p in traced.programs):
         return True
     return not traced.checked
 

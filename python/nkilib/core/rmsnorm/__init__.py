@@ -1,0 +1,1 @@
+"""nkilib.core.rmsnorm"""

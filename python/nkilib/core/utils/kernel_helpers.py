@@ -1,0 +1,43 @@
+"""Small helpers shared by the kernels: integer tiling arithmetic and launch-grid sharding."""
+
+from __future__ import annotations
+
+import nki.language as nl
+
+from .kernel_assert import kernel_assert
+
+PSUM_BANK_SIZE = 2048  # bytes per partition per PSUM bank
+
+
+def div_ceil(n: int, d: int) -> int:
+    return (n + d - 1) // d
+
+
+def align_to(n: int, a: int) -> int:
+    return div_ceil(n, a) * a
+
+
+def get_program_sharding_info() -> tuple[int, int, int]:
+    """(grid ndim, number of programs on axis 0, this program's id) of the current launch."""
+    ndim = nl.program_ndim()
+    if ndim == 0:
+        return 0, 1, 0
+    return ndim, nl.num_programs(0), nl.program_id(0)
+
+
+def get_verified_program_sharding_info(kernel_name: str = "kernel", allowed_ndims=(0, 1), max_programs=2):
+    """Like get_program_sharding_info, checking the grid is one a kernel supports (LNC: 1 or 2
+    programs on one axis)."""
+    ndim, n, pid = get_program_sharding_info()
+    kernel_assert(ndim in allowed_ndims, f"{kernel_name}: launch grid with {ndim} axes is not supported")
+    kernel_assert(n <= max_programs, f"{kernel_name}: at most {max_programs} programs (LNC), got {n}")
+    return ndim, n, pid
+
+
+def shard_range(total: int, n: int, k: int, quantum: int = 1) -> tuple[int, int]:
+    """[start, stop) of shard k of n over `total` items, in multiples of `quantum` where possible."""
+    units = div_ceil(total, quantum)
+    per = div_ceil(units, n)
+    start = min(total, k * per * quantum)
+    stop = min(total, (k + 1) * per * quantum)
+    return start, stop

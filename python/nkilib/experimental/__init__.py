@@ -1,0 +1,1 @@
+"""Experimental fused kernels of the NKI Library (multi-layer decode megakernel)."""

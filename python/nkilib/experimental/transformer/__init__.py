@@ -1,0 +1,1 @@
+"""nkilib.experimental.transformer: attention_block_tkg, transformer_tkg."""

@@ -1,0 +1,276 @@
+"""Lab 2: the base, core (nkilib core kernels) and experimental (megakernel) Llama variants give
+the same greedy tokens and logits as the baseline, nki_ops work as custom operators (also
+under torch.compile), and run.py runs every variant.
+
+Tolerance: every variant computes in bf16 with fp32 accumulation, but rounds intermediates at
+different points (fused kernels keep fp32 where the baseline rounds to bf16, e.g. the SwiGLU
+product). Logits may differ by a few bf16 ulps of the logit scale: atol = rtol = 1e-2 relative
+to the largest logit. Greedy tokens must be identical.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB2 = os.path.join(REPO, "examples", "lab2")
+sys.path.insert(0, LAB2)
+
+from llama_base.config import SIZES
+
+MODULES = {
+    "base": "llama_base.llama",
+    "core": "llama_nki_core.llama_nki",
+    "experimental": "llama_nki_experimental.llama_nki",
+}
+PROMPT = [1, 415, 2936, 9060, 285, 1142, 461, 10575]
+
+
+def build(variant: str, size: str, embed_scale: float = 1.0):
+    mod = importlib.import_module(MODULES[variant])
+    cfg = SIZES[size]
+    torch.manual_seed(0)
+    dev = torch.device("neuron")
+    model = mod.Llama(cfg).to(device=dev, dtype=torch.bfloat16).eval()
+    if embed_scale != 1.0:  # smaller tied embeddings: the layers, not the input token, decide
+        with torch.no_grad():
+            model.embed.weight.mul_(embed_scale)
+    return mod, model, cfg, dev
+
+
+@torch.no_grad()
+def generate(variant: str, size: str, steps: int, embed_scale: float = 1.0):
+    _, model, cfg, dev = build(variant, size, embed_scale)
+    cos, sin = model.rope(dev, torch.float32)
+    kc, vc = model.new_cache(1, dev, torch.bfloat16)
+    prompt = torch.tensor([[t % cfg.vocab_size for t in PROMPT]], dtype=torch.int32, device=dev)
+    logits = [model(prompt, torch.arange(len(PROMPT), dtype=torch.int32, device=dev), cos, sin, kc, vc)]
+    ids = [int(logits[-1].argmax(-1))]
+    for i in range(steps):
+        tok = torch.tensor([[ids[-1]]], dtype=torch.int32, device=dev)
+        logits.append(
+            model(tok, torch.tensor([len(PROMPT) + i], dtype=torch.int32, device=dev), cos, sin, kc, vc)
+        )
+        ids.append(int(logits[-1].argmax(-1)))
+    torch.neuron.synchronize()
+    return ids, [lg.float().cpu() for lg in logits], (kc.float().cpu(), vc.float().cpu())
+
+
+def assert_logits_close(a, b):
+    for x, y in zip(a, b):
+        scale = y.abs().max().item()
+        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-2 * scale)
+
+
+@pytest.mark.parametrize("embed_scale", [1.0, 0.02])
+def test_variants_match_base_tiny(embed_scale):
+    base_ids, base_logits, base_cache = generate("base", "tiny", 10, embed_scale)
+    if embed_scale != 1.0:
+        assert len(set(base_ids)) > 1  # a sequence that actually changes
+    for variant in ("core", "experimental"):
+        ids, logits, cache = generate(variant, "tiny", 10, embed_scale)
+        assert ids == base_ids, variant
+        assert_logits_close(logits, base_logits)
+        for x, y in zip(cache, base_cache):  # the static KV caches hold the same keys/values
+            torch.testing.assert_close(x, y, rtol=2e-2, atol=2e-2 * y.abs().max().item())
+
+
+def test_variants_match_base_with_a_batch_of_two():
+    outs = {}
+    for variant in MODULES:
+        _, model, _cfg, dev = build(variant, "tiny", 0.02)
+        cos, sin = model.rope(dev, torch.float32)
+        kc, vc = model.new_cache(2, dev, torch.bfloat16)
+        toks = torch.tensor([[1, 2, 3, 4, 5], [9, 8, 7, 6, 5]], dtype=torch.int32, device=dev)
+        with torch.no_grad():
+            logits = [model(toks, torch.arange(5, dtype=torch.int32, device=dev), cos, sin, kc, vc)]
+            for i in range(3):
+                tok = logits[-1].argmax(-1)[:, None].to(torch.int32)
+                logits.append(
+                    model(tok, torch.tensor([5 + i], dtype=torch.int32, device=dev), cos, sin, kc, vc)
+                )
+        outs[variant] = [lg.float().cpu() for lg in logits]
+    for variant in ("core", "experimental"):
+        assert [lg.argmax(-1).tolist() for lg in outs[variant]] == [
+            lg.argmax(-1).tolist() for lg in outs["base"]
+        ]
+        assert_logits_close(outs[variant], outs["base"])
+
+
+def test_variants_match_base_small():
+    base_ids, base_logits, _ = generate("base", "small", 2)
+    for variant in ("core", "experimental"):
+        ids, logits, _ = generate(variant, "small", 2)
+        assert ids == base_ids, variant
+        assert_logits_close(logits, base_logits)
+
+
+def test_same_weights_as_base():
+    _, base, _, _ = build("base", "tiny")
+    for variant in ("core", "experimental"):
+        _, m, _, _ = build(variant, "tiny")
+        sd, bsd = m.state_dict(), base.state_dict()
+        assert sd.keys() == bsd.keys()
+        for k in sd:
+            assert torch.equal(sd[k].cpu(), bsd[k].cpu()), (variant, k)
+
+
+def test_descriptions():
+    assert (
+        importlib.import_module(MODULES["core"]).DESCRIPTION
+        == "NKI core (CTE prefill + TKG decode, static KV cache)"
+    )
+    assert (
+        importlib.import_module(MODULES["experimental"]).DESCRIPTION
+        == "NKI experimental (CTE prefill + megakernel decode, static KV cache)"
+    )
+
+
+def test_core_block_differs_from_base_only_in_the_mlp_forward():
+    def lines(variant):
+        with open(os.path.join(LAB2, variant, "transformer_block.py")) as f:
+            return f.read().splitlines()
+
+    diff = [
+        line
+        for line in difflib.unified_diff(lines("llama_base"), lines("llama_nki_core"), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    removed = [line[1:].strip() for line in diff if line.startswith("-")]
+    added = [line[1:].strip() for line in diff if line.startswith("+")]
+    assert removed == [
+        "import torch.nn.functional as F",
+        "gate = F.silu(self.gate_proj(x))",
+        "up = self.up_proj(x)",
+        "down = self.down_proj(gate * up)",
+        "return down",
+    ]
+    assert added == [
+        "from nki_ops import nki_mlp",
+        "return nki_mlp(",
+        "x,",
+        "self.gate_proj.weight,",
+        "self.up_proj.weight,",
+        "self.down_proj.weight",
+        ")",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# nki_ops as custom operators
+
+
+def test_nki_ops_eager_match_torch():
+    import nki_ops
+    import torch.nn.functional as F
+
+    dev = torch.device("neuron")
+    x = torch.randn(1, 3, 128, dtype=torch.bfloat16)
+    g, u, d = (
+        (torch.randn(256, 128) / 12).bfloat16(),
+        (torch.randn(256, 128) / 12).bfloat16(),
+        (torch.randn(128, 256) / 16).bfloat16(),
+    )
+    ref = (F.silu(x.float() @ g.float().T) * (x.float() @ u.float().T)) @ d.float().T
+    out = nki_ops.nki_mlp(x.to(dev), g.to(dev), u.to(dev), d.to(dev))
+    assert out.device.type == "neuron" and out.shape == (1, 3, 128)
+    torch.testing.assert_close(out.cpu().float(), ref, rtol=3e-2, atol=3e-2 * ref.abs().max().item())
+    w = torch.randn(128, dtype=torch.bfloat16)
+    torch.testing.assert_close(
+        nki_ops.nki_rmsnorm(x.to(dev), w.to(dev), 1e-5).cpu(),
+        F.rms_norm(x, (128,), w, 1e-5),
+        rtol=2**-7,
+        atol=1e-6,
+    )
+
+
+def test_nki_ops_are_single_graph_nodes_under_torch_compile():
+    import nki_ops
+
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    dev = torch.device("neuron")
+    q, k, v = (torch.randn(1, 4, 1, 32, dtype=torch.bfloat16, device=dev) for _ in range(3))
+    kc = torch.zeros(1, 4, 16, 32, dtype=torch.bfloat16, device=dev)
+    vc = torch.zeros_like(kc)
+    pos = torch.tensor([3], dtype=torch.int32, device=dev)
+    cos, sin = torch.rand(16, 16, device=dev), torch.rand(16, 16, device=dev)
+
+    def step(q, k, v, kc, vc, pos):
+        q, k = nki_ops.nki_rope(q, k, cos[pos], sin[pos])
+        return nki_ops.nki_attn(q, k, v, kc, vc, pos) * 2
+
+    eager_kc, eager_vc = kc.clone(), vc.clone()
+    expected = step(q, k, v, eager_kc, eager_vc, pos)
+    out = torch.compile(step, backend=recording_backend, fullgraph=True)(q, k, v, kc, vc, pos)
+    torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(kc.cpu(), eager_kc.cpu(), rtol=0, atol=0)
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert targets.count("nkilib.rope.default") == 1 and targets.count("nkilib.attention.default") == 1
+
+
+def test_core_model_under_aot_eager_matches_eager():
+    """torch.compile(backend="aot_eager") (AOT autograd + functionalization of the cache
+    mutations) gives the eager results: the nki_op operators trace with fake tensors."""
+    import torch._dynamo
+
+    _, model, cfg, dev = build("core", "tiny")
+    cos, sin = model.rope(dev, torch.float32)
+    prompt = torch.tensor([[t % cfg.vocab_size for t in PROMPT]], dtype=torch.int32, device=dev)
+    pos = torch.arange(len(PROMPT), dtype=torch.int32, device=dev)
+    with torch.no_grad():
+        kc, vc = model.new_cache(1, dev, torch.bfloat16)
+        eager = model(prompt, pos, cos, sin, kc, vc)
+        kc2, vc2 = model.new_cache(1, dev, torch.bfloat16)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="aot_eager")(prompt, pos, cos, sin, kc2, vc2)
+    torch.testing.assert_close(compiled.cpu(), eager.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(kc2.cpu(), kc.cpu(), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# run.py
+
+
+@pytest.mark.parametrize("variant", ["base", "core", "experimental"])
+def test_run_py_prints_the_lab_report(variant):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "--model",
+            variant,
+            "--size",
+            "tiny",
+            "--greedy",
+            "--tokens",
+            "4",
+            "--warmup",
+            "1",
+        ],
+        cwd=LAB2,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    desc = importlib.import_module(MODULES[variant]).DESCRIPTION
+    assert f"Model   : {variant} — {desc}" in r.stdout
+    assert "Tokens generated: 4" in r.stdout and "Throughput      :" in r.stdout
+    ids = r.stdout.split("Generated IDs: ")[1].splitlines()[0]
+    assert len(eval(ids)) == 4

@@ -1,0 +1,222 @@
+"""nkilib.experimental: the transformer_tkg decode megakernel and attention_block_tkg against
+the PyTorch reference (transformer_tkg_torch), fp32 and bf16, at the Lab 2 "small" shapes and a
+small GQA configuration; each runs twice (checked, then fast executor paths).
+
+Tolerances: fp32 differs only in summation order (1e-4 of the output scale, through a few
+layers). bf16 rounds the residual stream and every projection output like the reference does,
+but attention probabilities, activations and normalized inputs are rounded at slightly
+different points: up to a couple of bf16 ulps of the output (3e-2 of its scale).
+"""
+
+from __future__ import annotations
+
+import math
+
+import nki
+import pytest
+import torch
+from nkilib.core.utils.common_types import WeightLayout
+from nkilib.experimental.transformer.attention_block_tkg import attention_block_tkg
+from nkilib.experimental.transformer.transformer_tkg import transformer_tkg
+from nkilib.experimental.transformer.transformer_tkg_torch import transformer_tkg_torch
+
+megakernel = nki.jit(transformer_tkg)
+
+
+def close(actual, expected, dtype):
+    scale = max(1.0, expected.float().abs().max().item())
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=tol, atol=tol * scale)
+
+
+def make_layers(L, H, Hq, Hkv, d, I, dtype, layout, fused_qkv=False):
+    def w(out_f, in_f):
+        t = torch.randn(out_f, in_f) / math.sqrt(in_f)  # nn.Linear layout [out, in]
+        return (t if layout == WeightLayout.OUT_IN else t.T.contiguous()).to(dtype)
+
+    if layout == WeightLayout.OUT_IN:
+        qkv = [(w(Hq * d, H), w(Hkv * d, H), w(Hkv * d, H)) for _ in range(L)]
+    elif fused_qkv:
+        qkv = [w((Hq + 2 * Hkv) * d, H) for _ in range(L)]
+    else:
+        qkv = [(w(Hq * d, H), w(Hkv * d, H), w(Hkv * d, H)) for _ in range(L)]
+    return {
+        "W_qkvs": qkv,
+        "W_outs": [w(H, Hq * d) for _ in range(L)],
+        "W_gates": [w(I, H) for _ in range(L)],
+        "W_ups": [w(I, H) for _ in range(L)],
+        "W_downs": [w(H, I) for _ in range(L)],
+        "W_gamma_qkvs": [(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
+        "W_gamma_mlps": [(1 + 0.1 * torch.randn(1, H)).to(dtype) for _ in range(L)],
+    }
+
+
+CONFIGS = [
+    # B, S, H, Hq, Hkv, d, I, L, max_seq, positions, layout, fused
+    (1, 1, 512, 8, 8, 64, 2048, 2, 256, [9], WeightLayout.OUT_IN, False),
+    (2, 2, 256, 4, 2, 32, 384, 2, 64, [3, 20], WeightLayout.IN_OUT, True),
+    (3, 1, 128, 4, 4, 32, 256, 3, 128, [0, 127, 50], WeightLayout.IN_OUT, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("gathered_rope", [False, True])
+def test_transformer_tkg(dtype, cfg, gathered_rope):
+    B, S, H, Hq, Hkv, d, I, L, Smax, pos, layout, fused = cfg
+    torch.manual_seed(0)
+    X = torch.randn(B, S, H).to(dtype)
+    layers = make_layers(L, H, Hq, Hkv, d, I, dtype, layout, fused)
+    Kc = [torch.randn(B, Hkv, Smax, d).to(dtype) for _ in range(L)]
+    Vc = [torch.randn(B, Hkv, Smax, d).to(dtype) for _ in range(L)]
+    ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
+    cos, sin = ang.cos(), ang.sin()
+    pid = torch.tensor(pos, dtype=torch.int32).reshape(B, 1)
+    ref, rk, rv = transformer_tkg_torch(
+        X,
+        K_caches=Kc,
+        V_caches=Vc,
+        RoPE_cos=cos,
+        RoPE_sin=sin,
+        position_ids=pid,
+        num_layers=L,
+        eps=1e-5,
+        weight_layout=layout,
+        **layers,
+    )
+    if gathered_rope:  # the library's layout: [d/2, B, S] values of the active tokens
+        idx = pid.long() + torch.arange(S)
+        cos, sin = cos[idx].permute(2, 0, 1).contiguous(), sin[idx].permute(2, 0, 1).contiguous()
+    for _ in range(2):
+        Kk, Vv = [k.clone() for k in Kc], [v.clone() for v in Vc]
+        out = megakernel(
+            X=X,
+            K_caches=Kk,
+            V_caches=Vv,
+            RoPE_cos=cos,
+            RoPE_sin=sin,
+            position_ids=pid,
+            num_layers=L,
+            eps=1e-5,
+            weight_layout=layout,
+            **layers,
+        )
+        assert out.shape == (B, S, H) and out.dtype == dtype
+        close(out, ref, dtype)
+        for a, b in zip(Kk + Vv, rk + rv):
+            close(a, b, dtype)
+
+
+def test_transformer_tkg_is_not_decorated_and_checks_arguments():
+    assert not isinstance(transformer_tkg, nki.Kernel)  # jit at the call site, as in the library
+    with pytest.raises(AssertionError, match="position_ids is required"):
+        megakernel(
+            X=torch.randn(1, 1, 128),
+            W_qkvs=[],
+            W_outs=[],
+            W_gates=[],
+            W_ups=[],
+            W_downs=[],
+            W_gamma_qkvs=[],
+            W_gamma_mlps=[],
+            K_caches=[torch.zeros(1, 1, 8, 32)],
+            V_caches=[],
+            RoPE_cos=torch.zeros(8, 16),
+            RoPE_sin=torch.zeros(8, 16),
+            num_layers=0,
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_block_tkg_matches_one_layer(dtype):
+    """attention_block_tkg is the first half of a layer: h + block(h) equals a one-layer
+    transformer with a zero MLP."""
+    B, S, H, Hq, Hkv, d, Smax = 1, 1, 512, 8, 8, 64, 256
+    torch.manual_seed(1)
+    X = torch.randn(B, S, H).to(dtype)
+    layers = make_layers(1, H, Hq, Hkv, d, 256, dtype, WeightLayout.OUT_IN)
+    layers["W_downs"] = [torch.zeros_like(layers["W_downs"][0])]
+    Kc, Vc = torch.randn(B, Hkv, Smax, d).to(dtype), torch.randn(B, Hkv, Smax, d).to(dtype)
+    ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
+    pid = torch.tensor([[40]], dtype=torch.int32)
+    ref, rk, _ = transformer_tkg_torch(
+        X,
+        K_caches=[Kc],
+        V_caches=[Vc],
+        RoPE_cos=ang.cos(),
+        RoPE_sin=ang.sin(),
+        position_ids=pid,
+        num_layers=1,
+        eps=1e-6,
+        weight_layout=WeightLayout.OUT_IN,
+        **layers,
+    )
+    kc, vc = Kc.clone(), Vc.clone()
+    (out,) = attention_block_tkg(
+        X=X,
+        W_qkv=layers["W_qkvs"][0],
+        W_out=layers["W_outs"][0],
+        K_cache=kc,
+        V_cache=vc,
+        cos=ang.cos(),
+        sin=ang.sin(),
+        kv_cache_update_idx=pid,
+        rmsnorm_X_gamma=layers["W_gamma_qkvs"][0],
+        weight_layout=WeightLayout.OUT_IN,
+    )
+    close(X + out, ref, dtype)
+    close(kc, rk[0], dtype)
+
+
+def test_megakernel_estimate_beats_separate_kernels():
+    """Cost model: one megakernel decode step of the small Lab 2 stack vs the same math as
+    separate core kernels per layer (each paying its DMA latency and HBM round trips)."""
+    from nkilib.core.attention.attention_tkg import attention_tkg
+    from nkilib.core.mlp.mlp import mlp
+    from nkilib.core.qkv.qkv import qkv
+
+    B, S, H, Hq, Hkv, d, I, L, Smax = 1, 1, 512, 8, 8, 64, 2048, 2, 256
+    dt = torch.bfloat16
+    layers = make_layers(L, H, Hq, Hkv, d, I, dt, WeightLayout.OUT_IN)
+    X = torch.randn(B, S, H).to(dt)
+    caches = {
+        "K_caches": [torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L,
+        "V_caches": [torch.zeros(B, Hkv, Smax, d, dtype=dt)] * L,
+    }
+    ang = torch.zeros(Smax, d // 2)
+    pid = torch.tensor([[7]], dtype=torch.int32)
+    mk = nki.estimate(
+        megakernel,
+        X=X,
+        RoPE_cos=ang,
+        RoPE_sin=ang,
+        position_ids=pid,
+        num_layers=L,
+        weight_layout=WeightLayout.OUT_IN,
+        **caches,
+        **layers,
+    )
+    q = torch.zeros(B, Hq, S, d, dtype=dt)
+    sep = 0.0
+    for i in range(L):
+        sep += nki.estimate(
+            qkv, input=X, fused_qkv_weights=layers["W_qkvs"][i], weight_layout=WeightLayout.OUT_IN
+        ).total_us
+        sep += nki.estimate(
+            attention_tkg,
+            q=q,
+            k_active=q,
+            v_active=q,
+            k_prior=caches["K_caches"][0],
+            v_prior=caches["V_caches"][0],
+            position_ids=pid,
+        ).total_us
+        sep += nki.estimate(
+            mlp,
+            hidden_tensor=X,
+            gate_proj_weights_tensor=layers["W_gates"][i],
+            up_proj_weights_tensor=layers["W_ups"][i],
+            down_proj_weights_tensor=layers["W_downs"][i],
+            weight_layout=WeightLayout.OUT_IN,
+        ).total_us
+    assert mk.total_us < sep
