@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "nki_call.h"
+
 namespace neuron::cc {
 
 const char* step_kind_name(StepKind k) {
@@ -319,6 +321,8 @@ std::string describe(const Program& p) {
     for (const TensorDesc& d : s.tensors) os << " " << desc_str(d);
     os << "\n";
     if (s.kernel) os << vm::disassemble(*s.kernel, 6);
+    if (s.kind == StepKind::Custom && s.text == nki_call::kTarget)
+      os << nki_call::describe(s.payload);
   }
   return os.str();
 }
