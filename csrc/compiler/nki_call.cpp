@@ -122,8 +122,8 @@ void check_view(const Plan& p, const View& v, const char* what) {
   const Root& r = p.roots[static_cast<size_t>(v.root)];
   const auto es = static_cast<int64_t>(kernels::element_size(v.dtype));
   if (lo < 0 || (hi + 1) * es > r.bytes)
-    bad(p.op, rt::str(what, " reaches elements [", lo, ", ", hi, "] of ", r.bytes,
-                      "-byte root '", r.name, "'"));
+    bad(p.op, rt::str(what, " reaches elements [", lo, ", ", hi, "] of ", r.bytes, "-byte root '",
+                      r.name, "'"));
 }
 
 void validate(const Plan& p) {
@@ -136,7 +136,8 @@ void validate(const Plan& p) {
       case RootKind::Input:
       case RootKind::Output: {
         const int32_t n = r.kind == RootKind::Input ? p.n_inputs : p.n_outputs;
-        if (r.index < 0 || r.index >= n || (r.kind == RootKind::Output && r.index == p.scratch_output))
+        if (r.index < 0 || r.index >= n ||
+            (r.kind == RootKind::Output && r.index == p.scratch_output))
           bad(p.op, rt::str("root '", r.name, "' refers to tensor ", r.index, " of ", n));
         if (r.dtype >= DType::Undefined || r.numel < 0 ||
             r.bytes != r.numel * static_cast<int64_t>(kernels::element_size(r.dtype)))
@@ -175,9 +176,9 @@ void validate(const Plan& p) {
               bad(p.op, rt::str("launch of ", o.kernel, " binds root ", a.root));
             const Root& r = p.roots[static_cast<size_t>(a.root)];
             if (a.byte_offset < 0 || a.bytes < 0 || a.byte_offset + a.bytes > r.bytes)
-              bad(p.op, rt::str("launch of ", o.kernel, ": argument '", a.name, "' [",
-                                a.byte_offset, ", +", a.bytes, ") exceeds root '", r.name,
-                                "' of ", r.bytes, " bytes"));
+              bad(p.op,
+                  rt::str("launch of ", o.kernel, ": argument '", a.name, "' [", a.byte_offset,
+                          ", +", a.bytes, ") exceeds root '", r.name, "' of ", r.bytes, " bytes"));
           }
         break;
       default:
@@ -263,8 +264,8 @@ std::string header_hash(std::string_view payload) {
   uint32_t version = 0;
   std::memcpy(&version, payload.data() + sizeof(kMagic), 4);
   if (version != kPlanVersion)
-    throw NeffError(rt::str("NKI call plan: format version ", version, ", this build reads ",
-                            kPlanVersion));
+    throw NeffError(
+        rt::str("NKI call plan: format version ", version, ", this build reads ", kPlanVersion));
   return std::string(payload.substr(sizeof(kMagic) + 4, 16));
 }
 
@@ -299,8 +300,8 @@ std::shared_ptr<const Prepared> prepare(const std::string& payload) {
                               " is not a valid NKI program: ", e.what()));
     }
     if (!prep->programs.back()->finalized())
-      throw NeffError(rt::str("NKI call plan of ", prep->plan.op, ": program ", i,
-                              " is not finalized"));
+      throw NeffError(
+          rt::str("NKI call plan of ", prep->plan.op, ": program ", i, " is not finalized"));
   }
   for (const Op& o : prep->plan.ops) {
     if (o.kind != OpKind::Launch) continue;
@@ -308,8 +309,8 @@ std::shared_ptr<const Prepared> prepare(const std::string& payload) {
       const nki::Program& pr = *prep->programs[static_cast<size_t>(o.programs[k])];
       if (static_cast<size_t>(pr.num_slots()) != o.args[k].size())
         throw NeffError(rt::str("NKI call plan of ", prep->plan.op, ": kernel ", o.kernel,
-                                " instance ", k, " has ", pr.num_slots(), " HBM tensors, the plan binds ",
-                                o.args[k].size()));
+                                " instance ", k, " has ", pr.num_slots(),
+                                " HBM tensors, the plan binds ", o.args[k].size()));
     }
   }
   prep->checked.reset(new std::atomic<bool>[prep->plan.ops.size()]);
@@ -368,8 +369,7 @@ kernels::TensorRef view_ref(const View& v, const std::vector<uint8_t*>& bases) {
 bool same_view(const kernels::TensorRef& a, const kernels::TensorRef& b) {
   if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
   for (int d = 0; d < a.ndim; ++d)
-    if (a.sizes[d] != b.sizes[d] || (a.sizes[d] != 1 && a.strides[d] != b.strides[d]))
-      return false;
+    if (a.sizes[d] != b.sizes[d] || (a.sizes[d] != 1 && a.strides[d] != b.strides[d])) return false;
   return true;
 }
 
@@ -422,9 +422,8 @@ std::string describe(std::string_view payload) {
                      o.integral ? std::to_string(o.ivalue) : std::to_string(o.fvalue), "\n");
         break;
       case OpKind::Launch:
-        s += rt::str("      launch ", o.kernel, o.programs.size() > 1
-                                                     ? rt::str("[", o.programs.size(), "]")
-                                                     : std::string(),
+        s += rt::str("      launch ", o.kernel,
+                     o.programs.size() > 1 ? rt::str("[", o.programs.size(), "]") : std::string(),
                      " (", o.args.empty() ? 0 : o.args[0].size(), " HBM tensors)\n");
         break;
     }
@@ -444,8 +443,7 @@ void run(const std::vector<kernels::TensorRef>& inputs,
   uint8_t* scratch = nullptr;
   if (p.scratch_bytes > 0) {
     const kernels::TensorRef& s = outputs[static_cast<size_t>(p.scratch_output)];
-    if (s.dtype != DType::UInt8 || s.ndim != 1 || s.strides[0] != 1 ||
-        s.sizes[0] < p.scratch_bytes)
+    if (s.dtype != DType::UInt8 || s.ndim != 1 || s.strides[0] != 1 || s.sizes[0] < p.scratch_bytes)
       throw ExecError(rt::str("NKI op ", p.op, ": scratch output is not ", p.scratch_bytes,
                               " contiguous bytes"));
     scratch = static_cast<uint8_t*>(s.data);
@@ -463,9 +461,9 @@ void run(const std::vector<kernels::TensorRef>& inputs,
     const kernels::TensorRef& t = (in ? inputs : outputs)[static_cast<size_t>(r.index)];
     if (t.dtype != r.dtype || t.numel() != r.numel)
       throw ExecError(rt::str("NKI op ", p.op, ": ", in ? "input " : "output ", r.index, " ('",
-                              r.name, "') is ", kernels::dtype_name(t.dtype), " with ",
-                              t.numel(), " elements, the plan expects ",
-                              kernels::dtype_name(r.dtype), " with ", r.numel));
+                              r.name, "') is ", kernels::dtype_name(t.dtype), " with ", t.numel(),
+                              " elements, the plan expects ", kernels::dtype_name(r.dtype),
+                              " with ", r.numel));
     if (t.is_contiguous()) {
       bases[i] = static_cast<uint8_t*>(t.data);
       continue;
@@ -533,11 +531,10 @@ void run(const std::vector<kernels::TensorRef>& inputs,
 void register_kernel() {
   static std::once_flag once;
   std::call_once(once, [] {
-    dense::register_custom_kernel(kTarget, [](const std::vector<kernels::TensorRef>& in,
-                                              const std::vector<kernels::TensorRef>& out,
-                                              const std::string& payload) {
-      run(in, out, payload);
-    });
+    dense::register_custom_kernel(
+        kTarget,
+        [](const std::vector<kernels::TensorRef>& in, const std::vector<kernels::TensorRef>& out,
+           const std::string& payload) { run(in, out, payload); });
   });
 }
 

@@ -32,12 +32,12 @@ enum class RootKind : uint8_t { Input, Output, Scratch };
 // scratch output.
 struct Root {
   RootKind kind = RootKind::Scratch;
-  int32_t index = 0;             // Input/Output: node input/output number
-  DType dtype = DType::UInt8;    // Input/Output: the tensor's dtype
-  int64_t numel = 0;             // Input/Output: its element count
-  int64_t offset = 0;            // Scratch: byte offset in the scratch output
-  int64_t bytes = 0;             // size in bytes (numel * element size for Input/Output)
-  std::string name;              // for messages ("x", "kernel output 0", ...)
+  int32_t index = 0;           // Input/Output: node input/output number
+  DType dtype = DType::UInt8;  // Input/Output: the tensor's dtype
+  int64_t numel = 0;           // Input/Output: its element count
+  int64_t offset = 0;          // Scratch: byte offset in the scratch output
+  int64_t bytes = 0;           // size in bytes (numel * element size for Input/Output)
+  std::string name;            // for messages ("x", "kernel output 0", ...)
 };
 
 // A strided view of a root, in elements of `dtype` from the root's first byte.
@@ -65,10 +65,10 @@ struct Op {
   View dst, src;  // Copy: dst <- src (dtype conversion allowed); Fill: dst
   double fvalue = 0;
   int64_t ivalue = 0;
-  bool integral = false;              // Fill: use ivalue (exact for 64-bit integers)
-  std::string kernel;                 // Launch: the kernel's name
-  std::vector<int32_t> programs;      // Launch: program index per grid instance
-  std::vector<std::vector<Arg>> args; // Launch: per instance, per HBM slot
+  bool integral = false;               // Fill: use ivalue (exact for 64-bit integers)
+  std::string kernel;                  // Launch: the kernel's name
+  std::vector<int32_t> programs;       // Launch: program index per grid instance
+  std::vector<std::vector<Arg>> args;  // Launch: per instance, per HBM slot
 };
 
 struct Plan {

@@ -21,8 +21,13 @@ import torch
 import torch.fx
 
 from .. import _C
-from . import artifacts, decompositions, frontend_cache, metrics
-from . import nki_lowering  # noqa: F401  (registers the lowering of NKI custom ops)
+from . import (
+    artifacts,
+    decompositions,
+    frontend_cache,
+    metrics,
+    nki_lowering,  # noqa: F401  (registers the lowering of NKI custom ops)
+)
 from .lowering import Lowering, Unsupported, V
 
 log = logging.getLogger(__name__)

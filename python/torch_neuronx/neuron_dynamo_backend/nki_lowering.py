@@ -110,7 +110,7 @@ def _contiguous_strides(sizes) -> list[int]:
 
 
 class _Root:
-    __slots__ = ("kind", "index", "dtype", "numel", "nbytes", "name", "device", "base_input", "offset")
+    __slots__ = ("base_input", "device", "dtype", "index", "kind", "name", "nbytes", "numel", "offset")
 
     def __init__(self, kind: str, nbytes: int, name: str, dtype=None, numel=0, device=None):
         self.kind = kind  # "input" | "fresh" | "base" (new value of a mutated base) | "output"
@@ -468,7 +468,7 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
                         kwargs, _ = _generate_new_op_kwargs_from_bases(op._schema, kwargs, new_bases, (), False)
                 except Unsupported:
                     raise
-                except Exception as e:  # noqa: BLE001 - a torch-internal layout we do not know
+                except Exception as e:
                     raise Unsupported(f"{name}: cannot rebuild the mutated arguments ({e})") from e
             else:
                 from torch._higher_order_ops.auto_functionalize import get_mutable_args
@@ -482,7 +482,7 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
                 result = info.fn(*args, **kwargs)
         except Unsupported:
             raise
-        except Exception as e:  # noqa: BLE001 - the body failed on fake tensors: let eager report it
+        except Exception as e:
             raise Unsupported(f"{name}: recording the body failed ({type(e).__name__}: {e})") from e
 
     if rec.launches == 0:
