@@ -185,6 +185,21 @@ def test_nki_op_is_one_native_node(fresh_compile, dtype):
     assert _metrics()["executions"] == 2  # one compiled program per call, nothing else
 
 
+def test_compiled_call_is_one_stream_task(fresh_compile):
+    from torch.profiler import ProfilerActivity, profile
+
+    a, b = _neuron(128, 64, seed=20), _neuron(128, 64, seed=21)
+    f = torch.compile(lambda x, y: op_exp_add(x * 2, y) + 1, backend="neuron")
+    f(a, b)
+    torch.neuron.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        f(a, b)
+        torch.neuron.synchronize()
+    device = {e.key: e.count for e in prof.key_averages() if e.self_device_time_total > 0}
+    # Both kernel launches ran inside the compiled program's task (eager would add nki:: tasks).
+    assert list(device.values()) == [1] and next(iter(device)).startswith("neuron::compiled_graph("), device
+
+
 def test_lab1_example_prints_both_lines_without_a_split(py, tmp_path):
     r = py(
         f"import runpy; runpy.run_path({os.path.join('examples', 'lab1', 'nki_integration.py')!r}, run_name='__main__')",
