@@ -429,15 +429,15 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
             ]
             kwargs = {k: to_fake(v, k, ("kwargs", k)) for k, v in n.kwargs.items()}
         else:
+            from torch._higher_order_ops.auto_functionalize import get_mutable_args
+
             kwargs = dict(n.kwargs)
             kwargs.pop("_only_clone_these_bases", None)
+            mutable, _ = get_mutable_args(op)
             if kind == "v2":
                 bases = list(kwargs.pop("_all_bases", []))
                 base_paths = [("kwargs", "_all_bases", i) for i in range(len(bases))]
             else:
-                from torch._higher_order_ops.auto_functionalize import get_mutable_args
-
-                mutable, _ = get_mutable_args(op)
                 bases = [kwargs.pop(m) for m in mutable]
                 base_paths = [("kwargs", m) for m in mutable]
                 if any(isinstance(b, (list, tuple)) for b in bases):
@@ -471,9 +471,6 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
                 except Exception as e:
                     raise Unsupported(f"{name}: cannot rebuild the mutated arguments ({e})") from e
             else:
-                from torch._higher_order_ops.auto_functionalize import get_mutable_args
-
-                mutable, _ = get_mutable_args(op)
                 for m, nb in zip(mutable, new_bases):
                     kwargs[m] = nb
             args = []
@@ -507,8 +504,8 @@ def _assign_outputs(rec: _Recording, call: _Call, result: Any, base_roots: list[
     taken: set[int] = set()
 
     def out_root(dtype, shape) -> int:
-        r = _Root("output", math.prod(shape) * torch.empty((), dtype=dtype, device="meta").element_size(),
-                  f"{rec.op}: result {len(call.out_types)}", dtype, math.prod(shape))
+        r = _Root("output", math.prod(shape) * dtype.itemsize, f"{rec.op}: result {len(call.out_types)}", dtype,
+                  math.prod(shape))
         rec.roots.append(r)
         return len(rec.roots) - 1
 
@@ -582,7 +579,7 @@ def _encode(rec: _Recording, call: _Call) -> bytes:
         if r.kind == "input":
             roots.append((_INPUT, r.index, dtype_code(r.dtype), r.numel, 0, r.nbytes, r.name))
         elif r.kind == "output":
-            nbytes = r.numel * torch.empty((), dtype=r.dtype, device="meta").element_size()
+            nbytes = r.numel * r.dtype.itemsize
             roots.append((_OUTPUT, r.index, dtype_code(r.dtype), r.numel, 0, nbytes, r.name))
         else:
             roots.append((_SCRATCH, 0, dtype_code(torch.uint8), 0, r.offset, r.nbytes, r.name))
