@@ -402,6 +402,13 @@ Plan decode(std::string_view payload) {
   return p;
 }
 
+void check(std::string_view payload, int32_t n_inputs, int32_t n_outputs) {
+  const Plan p = decode(payload);
+  if (p.n_inputs != n_inputs || p.n_outputs != n_outputs)
+    throw NeffError(rt::str("NKI call plan of ", p.op, " takes ", p.n_inputs, " inputs and ",
+                            p.n_outputs, " outputs, the step has ", n_inputs, " and ", n_outputs));
+}
+
 std::string describe(std::string_view payload) {
   Plan p;
   try {

@@ -86,6 +86,8 @@ std::string encode(const Plan& p);
 // Parses and validates a payload (magic, version, hash, every index and extent); throws
 // NeffError. Does not deserialize the programs.
 Plan decode(std::string_view payload);
+// decode() plus the node's tensor counts (run on every program load: program.cpp validate()).
+void check(std::string_view payload, int32_t n_inputs, int32_t n_outputs);
 // One line per op for dumps (neff-dump, program.txt).
 std::string describe(std::string_view payload);
 

@@ -210,6 +210,30 @@ TEST(NkiCall, CompiledGraphRunsTwoLaunches) {
   }
 }
 
+TEST(NkiCall, ProgramValidationChecksThePlan) {
+  const int64_t P = 32, F = 16;
+  Graph g = nki_graph(nc::encode(two_adds(P, F)), P, F, false);
+  Compiled c = compile(g, CompileOptions{});
+  validate(c.program);
+  Step* step = nullptr;
+  for (Step& s : c.program.steps)
+    if (s.kind == StepKind::Custom) step = &s;
+  ASSERT_NE(step, nullptr);
+  Program bad = c.program;
+  for (Step& s : bad.steps)
+    if (s.kind == StepKind::Custom) s.payload[s.payload.size() - 3] ^= 1;
+  EXPECT_THROW(validate(bad), NeffError);
+  bad = c.program;
+  for (Step& s : bad.steps)
+    if (s.kind == StepKind::Custom) s.ints[0] = 1;  // the plan takes 2 inputs
+  try {
+    validate(bad);
+    FAIL() << "accepted a plan for another node";
+  } catch (const NeffError& e) {
+    EXPECT_NE(std::string(e.what()).find("takes 2 inputs"), std::string::npos) << e.what();
+  }
+}
+
 TEST(NkiCall, MutatedInputIsWrittenInPlace) {
   nc::register_kernel();
   const int64_t P = 64, F = 32, n = P * F;
