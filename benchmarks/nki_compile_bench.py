@@ -46,31 +46,33 @@ def block(x, y):
     return exp_add(x * 0.5, y) + 1.0
 
 
+def measure(shape: tuple[int, int], iters: int) -> dict:
+    x = torch.randn(*shape).to("neuron")
+    y = torch.randn(*shape).to("neuron")
+    compiled = torch.compile(block, backend="neuron")
+    torch.testing.assert_close(compiled(x, y).cpu(), block(x, y).cpu(), rtol=0, atol=0)
+    m = torch.neuron.get_dynamo_metrics()
+    assert not m["fallback_ops"], m["fallback_ops"]
+    e = torch.empty_like(x)
+    t_eager = time_per_call(lambda: block(x, y), "neuron", iters)
+    t_comp = time_per_call(lambda: compiled(x, y), "neuron", iters)
+    t_kernels = time_per_call(lambda: (exp_into(x, e), add(e, y)), "neuron", iters)
+    print(f"{shape}: eager {t_eager * 1e6:8.1f} us  compiled {t_comp * 1e6:8.1f} us  "
+          f"({t_eager / t_comp:.2f}x)  the two kernels alone (eager launches) {t_kernels * 1e6:8.1f} us")
+    return {
+        "shape": list(shape),
+        "eager_us": t_eager * 1e6,
+        "compiled_us": t_comp * 1e6,
+        "kernels_alone_us": t_kernels * 1e6,
+        "speedup_compiled_vs_eager": t_eager / t_comp,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=200)
     args = ap.parse_args()
-    rows = []
-    for shape in [(128, 512), (512, 1024)]:
-        x = torch.randn(*shape).to("neuron")
-        y = torch.randn(*shape).to("neuron")
-        compiled = torch.compile(block, backend="neuron")
-        torch.testing.assert_close(compiled(x, y).cpu(), block(x, y).cpu(), rtol=0, atol=0)
-        m = torch.neuron.get_dynamo_metrics()
-        assert not m["fallback_ops"], m["fallback_ops"]
-        e = torch.empty_like(x)
-        t_eager = time_per_call(lambda: block(x, y), "neuron", args.iters)
-        t_comp = time_per_call(lambda: compiled(x, y), "neuron", args.iters)
-        t_kernels = time_per_call(lambda: (exp_into(x, e), add(e, y)), "neuron", args.iters)
-        rows.append({
-            "shape": list(shape),
-            "eager_us": t_eager * 1e6,
-            "compiled_us": t_comp * 1e6,
-            "kernels_alone_us": t_kernels * 1e6,
-            "speedup_compiled_vs_eager": t_eager / t_comp,
-        })
-        print(f"{shape}: eager {t_eager * 1e6:8.1f} us  compiled {t_comp * 1e6:8.1f} us  "
-              f"({t_eager / t_comp:.2f}x)  the two kernels alone (eager launches) {t_kernels * 1e6:8.1f} us")
+    rows = [measure(shape, args.iters) for shape in [(128, 512), (512, 1024)]]
     print("results:", write_result("nki_compile_bench", {"rows": rows}))
 
 
