@@ -313,6 +313,9 @@ std::shared_ptr<const Prepared> prepare(const std::string& payload) {
                                 " HBM tensors, the plan binds ", o.args[k].size()));
     }
   }
+  // The bytes live on in the NEFF's payload; keep only the deserialized programs.
+  prep->plan.programs.clear();
+  prep->plan.programs.shrink_to_fit();
   prep->checked.reset(new std::atomic<bool>[prep->plan.ops.size()]);
   for (size_t i = 0; i < prep->plan.ops.size(); ++i) prep->checked[i].store(false);
   std::lock_guard<std::mutex> lock(g_mu);
