@@ -452,3 +452,34 @@ def test_changed_kernel_source_is_not_served_from_the_cache(py, tmp_path):
     _write_module(d, 5.0)  # same graph, same op name, different kernel
     r = _run(py, d, cache)
     assert r["warm"] == 0 and r["sources"]["compiled"] == 1 and r["err"] == 0
+
+
+def test_kernels_without_source_files_skip_the_warm_start(py, tmp_path):
+    code = """
+import json, torch, nki, nki.language as nl
+from torch_neuronx import nki_op, wrap_nki
+
+@nki.jit
+def k(a):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(c, value=nl.multiply(nl.load(a), 3.0))
+    return c
+
+@nki_op("nkicc_inline::triple", mutates_args={})
+def triple(a: torch.Tensor) -> torch.Tensor:
+    return wrap_nki(k)(a)
+
+a = torch.arange(128 * 4, dtype=torch.float32).reshape(128, 4).to("neuron")
+out = torch.compile(lambda x: triple(x), backend="neuron")(a).cpu()
+m = torch.neuron.get_dynamo_metrics()
+print(json.dumps({"ok": bool(torch.equal(out, a.cpu() * 3)), "warm": m["warm_starts"], "sources": m["neff_sources"]}))
+"""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        r = py(code, env=env)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0]["ok"] and runs[0]["sources"]["compiled"] == 1
+    # No file to check the kernel against: no warm start, but the NEFF itself is reused.
+    assert runs[1]["ok"] and runs[1]["warm"] == 0 and runs[1]["sources"]["disk"] == 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 from typing import Any
 
 import torch
@@ -492,8 +493,9 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
             path = inspect.getsourcefile(f)
         except TypeError:
             path = None
-        if path:
-            call.sources.add(path)
+        # Code without a source file cannot be checked later: a name that never hashes keeps
+        # the graph out of the warm-start index.
+        call.sources.add(path if path and os.path.exists(path) else f"<no source file: {f.__qualname__}>")
     call.summary = f"{rec.launches} launch(es), {len(rec.programs)} program(s)"
     return call
 
