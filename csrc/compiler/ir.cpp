@@ -6,6 +6,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "hash.h"
+
 namespace neuron::cc {
 
 namespace {
@@ -738,6 +740,16 @@ std::string attr_str(const AttrValue& v) {
   if (const auto* d = std::get_if<double>(&v)) return fmt_double(*d);
   if (const auto* l = std::get_if<std::vector<int64_t>>(&v)) return shape_str(*l);
   const std::string& s = std::get<std::string>(v);
+  // Binary or long strings (custom-op payloads such as NKI call plans) print as their size and
+  // content hash: the text form stays readable and still tells different payloads apart.
+  bool binary = s.size() > 200;
+  for (char c : s) binary = binary || static_cast<unsigned char>(c) >= 127;
+  if (binary) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "<%zu bytes, hash %016llx>", s.size(),
+                  static_cast<unsigned long long>(hash64(s.data(), s.size())));
+    return buf;
+  }
   std::string r = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') r += '\\';

@@ -185,6 +185,19 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
       if (scatter_like && n.inputs[0] == in_v && others_before && free_or_output) {
         done = true;
         p.inplace[static_cast<size_t>(prod)] = true;
+      } else if (n.op == Op::custom && n.attrs.has("inplace") && others_before && free_or_output) {
+        // A custom op that declares output j a new version of input k (an NKI op mutating
+        // its argument) writes the input itself when it reads it through that input only.
+        const std::vector<int64_t>& ip = n.attrs.ints("inplace");
+        for (size_t j = 0; j < n.outputs.size() && j < ip.size(); ++j) {
+          if (n.outputs[j] != m.value || ip[j] < 0 ||
+              ip[j] >= static_cast<int64_t>(n.inputs.size()) ||
+              n.inputs[static_cast<size_t>(ip[j])] != in_v)
+            continue;
+          done = std::count(n.inputs.begin(), n.inputs.end(), in_v) == 1 &&
+                 g.type(m.value) == g.type(in_v);
+        }
+        if (done) p.inplace[static_cast<size_t>(prod)] = true;
       } else if (n.op == Op::fused && !n.attrs.has("gemm") && others_before && free_or_output) {
         // The kernel may overwrite the input only where it reads it at the same position.
         std::vector<LeafLayout> in_l, out_l;
@@ -549,7 +562,10 @@ class Lowerer {
  private:
   std::string node_name(size_t i) const {
     const Node& n = g_.nodes[i];
-    return rt::str(op_name(n.op), " %", n.outputs.empty() ? -1 : n.outputs[0]);
+    const int out = n.outputs.empty() ? -1 : n.outputs[0];
+    if (n.op == Op::custom)
+      return rt::str(n.attrs.has("name") ? n.attrs.s("name") : n.attrs.s("target"), " %", out);
+    return rt::str(op_name(n.op), " %", out);
   }
 
   void add_fused(const Node& n, size_t i, Program* p) {

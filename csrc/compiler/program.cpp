@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "nki_call.h"
+
 namespace neuron::cc {
 
 const char* step_kind_name(StepKind k) {
@@ -247,6 +249,18 @@ void validate(const Program& p) {
       throw NeffError("program: mutated input out of range");
   for (const Step& s : p.steps) {
     for (const TensorDesc& d : s.tensors) check_desc(p, s, d);
+    if (s.kind == StepKind::Custom) {
+      if (s.ints.empty() || s.ints[0] < 0 || s.ints[0] > static_cast<int64_t>(s.tensors.size()))
+        throw NeffError(rt::str("program step '", s.name, "': bad input count"));
+      if (s.text == nki_call::kTarget) {
+        try {
+          nki_call::check(s.payload, static_cast<int32_t>(s.ints[0]),
+                          static_cast<int32_t>(s.tensors.size() - static_cast<size_t>(s.ints[0])));
+        } catch (const NeffError& e) {
+          throw NeffError(rt::str("program step '", s.name, "': ", e.what()));
+        }
+      }
+    }
     if (s.scratch_bytes < 0 || s.scratch_offset < 0 ||
         s.scratch_offset + s.scratch_bytes > p.arena_bytes)
       throw NeffError(rt::str("program step '", s.name, "': scratch outside the arena"));
@@ -319,6 +333,8 @@ std::string describe(const Program& p) {
     for (const TensorDesc& d : s.tensors) os << " " << desc_str(d);
     os << "\n";
     if (s.kernel) os << vm::disassemble(*s.kernel, 6);
+    if (s.kind == StepKind::Custom && s.text == nki_call::kTarget)
+      os << nki_call::describe(s.payload);
   }
   return os.str();
 }

@@ -7,11 +7,11 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
-#include <map>
 
 #include "nki/cost_model.h"
 #include "nki/error.h"
 #include "nki/executor.h"
+#include "nki/launch.h"
 #include "nki/program.h"
 #include "runtime/runtime.h"
 #include "runtime/topology.h"
@@ -82,36 +82,27 @@ struct Trace {
   int64_t instructions = 0;
 };
 
-// Runs every instance of a launch in order, on one CoreState each (fresh checking shadows per
-// instance; HBM shadows are shared by pointer since instances share HBM).
+// Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
 std::vector<std::shared_ptr<Trace>> run_all(const std::vector<std::shared_ptr<Program>>& progs,
                                             const std::vector<std::vector<PyBinding>>& binds,
                                             bool check, bool record, int64_t max_iters) {
-  std::map<uintptr_t, std::vector<uint8_t>> shadows;
-  std::vector<std::shared_ptr<Trace>> traces;
+  std::vector<const Program*> ps;
+  std::vector<std::vector<nki::HbmArg>> args;
   for (size_t i = 0; i < progs.size(); ++i) {
-    const Program& prog = *progs[i];
-    std::vector<nki::Binding> b;
-    for (const PyBinding& pb : binds[i]) {
-      nki::Binding x;
-      x.data = reinterpret_cast<uint8_t*>(pb.ptr);
-      x.bytes = pb.bytes;
-      x.name = pb.name;
-      x.scratch = pb.scratch;
-      if (check && !pb.is_input) {
-        auto& s = shadows[pb.ptr];
-        if (s.size() < static_cast<size_t>(pb.bytes)) s.assign(static_cast<size_t>(pb.bytes), 0);
-        x.def = s.data();
-      }
-      b.push_back(x);
-    }
-    nki::ExecOptions opt;
-    opt.check_uninit = check;
-    opt.record_trace = record;
-    opt.max_loop_iterations = max_iters;
-    nki::ExecReport rep;
-    auto core = nki::acquire_core(prog.target());
-    nki::execute(prog, *core, b, opt, &rep);
+    ps.push_back(progs[i].get());
+    std::vector<nki::HbmArg> a;
+    for (const PyBinding& pb : binds[i])
+      a.push_back(nki::HbmArg{reinterpret_cast<uint8_t*>(pb.ptr), pb.bytes, pb.name, pb.is_input,
+                              pb.scratch});
+    args.push_back(std::move(a));
+  }
+  nki::LaunchOptions opt;
+  opt.check_uninit = check;
+  opt.record_trace = record;
+  opt.max_loop_iterations = max_iters;
+  std::vector<nki::ExecReport> reps = nki::run_launch(ps, args, opt);
+  std::vector<std::shared_ptr<Trace>> traces;
+  for (auto& rep : reps) {
     auto t = std::make_shared<Trace>();
     t->records = std::move(rep.trace);
     t->instructions = rep.instructions;

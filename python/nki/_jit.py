@@ -4,6 +4,8 @@ CPU tensors or neuron tensors (one task on the device's current stream)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
 import inspect
@@ -137,6 +139,24 @@ def _map_tensors(v, fn):
 
 
 # ---------------------------------------------------------------------------------------------
+# Launch observers: a compiler that records what a function does with fake tensors (torch_neuronx
+# lowers NKI custom ops into compiled graphs this way) sees every kernel launch instead of the
+# fake execution: observer(kernel, traced, tensors, device) returns the launch's outputs.
+
+_launch_observer: contextvars.ContextVar = contextvars.ContextVar("nki_launch_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_launches(observer):
+    """Routes kernel calls with fake tensors to `observer` inside the block (this thread/context)."""
+    token = _launch_observer.set(observer)
+    try:
+        yield
+    finally:
+        _launch_observer.reset(token)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 class TracedKernel:
@@ -215,6 +235,10 @@ class Kernel:
         if _tracer.active() is not None:  # a sub-kernel called while tracing: inline it
             return self.func(*args, **kwargs)
         traced, tensors, framework, device = self._specialize(args, kwargs)
+        if framework == "fake":
+            observer = _launch_observer.get()
+            if observer is not None:
+                return observer(self, traced, tensors, device)
         if os.environ.get("NKI_SIMULATOR", "") == "1" and framework != "fake":
             # Like the real NKI_SIMULATOR=1: run on the host, synchronously, with every check on.
             if framework == "neuron":

@@ -119,8 +119,15 @@ TEST(Stream, WaitForAnAlreadyCompletedPointOrItselfDoesNotBlock) {
 TEST(Stream, TaskErrorSurfacesAtSynchronizeWithNameDeviceAndStream) {
   Stream s(3, 5, 0);
   std::atomic<bool> later_ran{false};
-  s.launch("my_kernel", [] { throw std::runtime_error("boom"); });
+  std::atomic<bool> both_launched{false};
+  // The failing task waits until both are queued: an error that is already
+  // recorded would (correctly) be raised by the second launch instead.
+  s.launch("my_kernel", [&] {
+    while (!both_launched.load()) std::this_thread::yield();
+    throw std::runtime_error("boom");
+  });
   s.launch("later", [&] { later_ran = true; });
+  both_launched = true;
   EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }),
             "my_kernel failed on neuron:3 (stream 5): boom");
   EXPECT_TRUE(later_ran.load());
@@ -143,8 +150,13 @@ TEST(Stream, TaskErrorSurfacesAtTheNextLaunchWhichIsNotQueued) {
 
 TEST(Stream, KeepsTheFirstErrorOnly) {
   Stream s(0, 1, 0);
-  s.launch("first", [] { throw std::runtime_error("one"); });
+  std::atomic<bool> both_launched{false};
+  s.launch("first", [&] {
+    while (!both_launched.load()) std::this_thread::yield();
+    throw std::runtime_error("one");
+  });
   s.launch("second", [] { throw std::runtime_error("two"); });
+  both_launched = true;
   EXPECT_EQ(error_of<Error>([&] { s.synchronize(); }), "first failed on neuron:0 (stream 1): one");
   EXPECT_NO_THROW(s.synchronize());
 }

@@ -19,6 +19,7 @@
 #include "compiler/hash.h"
 #include "compiler/metrics.h"
 #include "compiler/neff.h"
+#include "compiler/nki_call.h"
 #include "compiler/verifier.h"
 #include "kernels/dispatch.h"
 #include "runtime/env.h"
@@ -93,13 +94,14 @@ cc::AttrValue to_attr(const py::handle& v) {
   if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
   if (py::isinstance<py::float_>(v)) return v.cast<double>();
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::bytes>(v)) return std::string(v.cast<py::bytes>());
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     std::vector<int64_t> r;
     for (auto x : v) r.push_back(x.cast<int64_t>());
     return r;
   }
   throw py::type_error(
-      "neuron compiler: attribute values must be int, float, str or a list of ints");
+      "neuron compiler: attribute values must be int, float, str, bytes or a list of ints");
 }
 
 cc::TargetProfile current_target() {
@@ -451,6 +453,83 @@ std::shared_ptr<Executable> load_cached(const std::string& key) {
   });
 }
 
+// NKI call plans (compiler/nki_call.h) from the Python description the NKI lowering records.
+cc::nki_call::View to_view(const py::handle& h) {
+  auto t = h.cast<py::tuple>();
+  cc::nki_call::View v;
+  v.root = t[0].cast<int32_t>();
+  const int dt = t[1].cast<int>();
+  TORCH_CHECK(dt >= 0 && dt < static_cast<int>(kernels::DType::Undefined),
+              "NKI call plan: bad dtype code ", dt);
+  v.dtype = static_cast<kernels::DType>(dt);
+  v.offset = t[2].cast<int64_t>();
+  v.sizes = t[3].cast<std::vector<int64_t>>();
+  v.strides = t[4].cast<std::vector<int64_t>>();
+  return v;
+}
+
+py::bytes encode_nki_plan(const py::dict& d) {
+  namespace nc = cc::nki_call;
+  nc::Plan p;
+  p.op = d["op"].cast<std::string>();
+  p.n_inputs = d["n_inputs"].cast<int32_t>();
+  p.n_outputs = d["n_outputs"].cast<int32_t>();
+  p.scratch_output = d["scratch_output"].cast<int32_t>();
+  p.scratch_bytes = d["scratch_bytes"].cast<int64_t>();
+  for (auto h : d["roots"]) {
+    auto t = h.cast<py::tuple>();
+    nc::Root r;
+    const int kind = t[0].cast<int>();
+    TORCH_CHECK(kind >= 0 && kind <= 2, "NKI call plan: bad root kind ", kind);
+    r.kind = static_cast<nc::RootKind>(kind);
+    r.index = t[1].cast<int32_t>();
+    const int dt = t[2].cast<int>();
+    TORCH_CHECK(dt >= 0 && dt < static_cast<int>(kernels::DType::Undefined),
+                "NKI call plan: bad dtype code ", dt);
+    r.dtype = static_cast<kernels::DType>(dt);
+    r.numel = t[3].cast<int64_t>();
+    r.offset = t[4].cast<int64_t>();
+    r.bytes = t[5].cast<int64_t>();
+    r.name = t[6].cast<std::string>();
+    p.roots.push_back(std::move(r));
+  }
+  for (auto h : d["programs"]) p.programs.push_back(std::string(h.cast<py::bytes>()));
+  for (auto h : d["ops"]) {
+    auto t = h.cast<py::tuple>();
+    const std::string kind = t[0].cast<std::string>();
+    nc::Op o;
+    if (kind == "copy") {
+      o.kind = nc::OpKind::Copy;
+      o.dst = to_view(t[1]);
+      o.src = to_view(t[2]);
+    } else if (kind == "fill") {
+      o.kind = nc::OpKind::Fill;
+      o.dst = to_view(t[1]);
+      o.fvalue = t[2].cast<double>();
+      o.ivalue = t[3].cast<int64_t>();
+      o.integral = t[4].cast<bool>();
+    } else if (kind == "launch") {
+      o.kind = nc::OpKind::Launch;
+      o.kernel = t[1].cast<std::string>();
+      o.programs = t[2].cast<std::vector<int32_t>>();
+      for (auto inst : t[3]) {
+        std::vector<nc::Arg> args;
+        for (auto a : inst) {
+          auto at = a.cast<py::tuple>();
+          args.push_back(nc::Arg{at[0].cast<int32_t>(), at[1].cast<int64_t>(),
+                                 at[2].cast<int64_t>(), at[3].cast<std::string>(),
+                                 at[4].cast<bool>(), at[5].cast<bool>()});
+        }
+        o.args.push_back(std::move(args));
+      }
+    } else {
+      TORCH_CHECK(false, "NKI call plan: unknown op '", kind, "'");
+    }
+    p.ops.push_back(std::move(o));
+  }
+  return py::bytes(cc_errors([&] { return cc::nki_call::encode(p); }));
+}
+
 py::dict metrics_dict() {
   const cc::Metrics m = cc::metrics();
   py::dict d;
@@ -533,6 +612,12 @@ void init_compiler_bindings(py::module& parent) {
         return d;
       },
       py::arg("reset") = true);
+  cc::nki_call::register_kernel();
+  m.def("encode_nki_plan", &encode_nki_plan);
+  m.def("describe_nki_plan",
+        [](const py::bytes& b) { return cc::nki_call::describe(std::string(b)); });
+  m.def("nki_cached_plans", [] { return cc::nki_call::cached_plans(); });
+  m.def("nki_target", [] { return std::string(cc::nki_call::kTarget); });
   m.def("has_custom_kernel",
         [](const std::string& name) { return cc::dense::has_custom_kernel(name); });
   // A native kernel for the custom-op test: out = a * scale + b (float32), scale from the payload.

@@ -21,7 +21,13 @@ import torch
 import torch.fx
 
 from .. import _C
-from . import artifacts, decompositions, frontend_cache, metrics
+from . import (
+    artifacts,
+    decompositions,
+    frontend_cache,
+    metrics,
+    nki_lowering,  # noqa: F401  (registers the lowering of NKI custom ops)
+)
 from .lowering import Lowering, Unsupported, V
 
 log = logging.getLogger(__name__)
@@ -70,6 +76,7 @@ class CompiledGraph:
         L.run()
         self.template = self._output_template(gm, L)
         self.n_inputs = len(L.input_index)
+        self.sources = sorted(L.sources)
         self.exe = _C._cc.compile(
             L.b,
             {

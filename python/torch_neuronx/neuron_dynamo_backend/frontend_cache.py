@@ -4,7 +4,9 @@ AOT autograd + the compiler produced for it, so a new process skips AOT tracing.
 Used only for inference graphs compiled as one NEFF whose inputs are exactly Dynamo's inputs
 and whose outputs are fresh tensors (then AOT's runtime wrapper has nothing to do). Index
 entries live next to the NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR/frontend/ and are written
-atomically; anything unreadable is ignored (the normal path recompiles).
+atomically; anything unreadable is ignored (the normal path recompiles). An entry also lists
+the source files of NKI kernels compiled into the NEFF (with content hashes): when one of them
+changed, the entry is not used (the normal path retraces the kernels and compiles a new NEFF).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def key(gm: torch.fx.GraphModule, inputs: Sequence[Any], training: bool) -> str 
     h = hashlib.sha256()
     h.update(f"v{_FORMAT} {_C._cc.compiler_version()} {torch.__version__}\n".encode())
     h.update((os.environ.get("NEURON_CC_FLAGS", "") + "|" + os.environ.get("NEURON_COMPILER_OPT_LEVEL", "")).encode())
+    # NKI kernels inside the graph are traced for this target.
+    h.update(("|" + os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "")).encode())
     topo = _C._topology()
     h.update(f"{topo['instance_type']} lnc{topo['lnc']}\n".encode())
     h.update(gm.code.encode())
@@ -70,6 +74,8 @@ def lookup(k: str) -> Callable | None:
             entry = json.load(f)
         if entry.get("format") != _FORMAT:
             return None
+        if any(_file_hash(path) != digest for path, digest in entry.get("sources", [])):
+            return None
         exe = _C._cc.load_cached(entry["neff_key"])
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
@@ -101,7 +107,19 @@ def store(k: str, boxed_fn: Callable, aten_graph: torch.fx.GraphModule, n_dynamo
             inner = cell.cell_contents
     if inner is None or not _plain_inference(aten_graph, n_dynamo_inputs):
         return
-    entry = {"format": _FORMAT, "neff_key": inner.exe.key, "template": inner.template, "n_inputs": inner.n_inputs}
+    sources = []
+    for path in getattr(inner, "sources", []):
+        digest = _file_hash(path)
+        if digest is None:
+            return  # a kernel without a readable source file: never warm-start past it
+        sources.append([path, digest])
+    entry = {
+        "format": _FORMAT,
+        "neff_key": inner.exe.key,
+        "template": inner.template,
+        "n_inputs": inner.n_inputs,
+        "sources": sources,
+    }
     try:
         os.makedirs(d, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=k, suffix=".tmp")
@@ -110,6 +128,14 @@ def store(k: str, boxed_fn: Callable, aten_graph: torch.fx.GraphModule, n_dynamo
         os.replace(tmp, os.path.join(d, k + ".json"))
     except OSError:
         pass
+
+
+def _file_hash(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _plain_inference(g: torch.fx.GraphModule, n_dynamo_inputs: int) -> bool:

@@ -70,6 +70,18 @@ def register_opaque_op(qualname: str, payload: Callable[[torch.fx.Node], str] | 
     _OPAQUE[qualname] = payload or (lambda node: "")
 
 
+# Lowerings of custom ops / higher-order operators that need more than an opaque node (NKI ops:
+# nki_lowering.py): fn(lowering, node) -> IR values, or NotImplemented when the node is not theirs.
+_CUSTOM_LOWERINGS: list[Callable[[Lowering, torch.fx.Node], Any]] = []
+
+
+def register_custom_lowering(fn: Callable[[Lowering, torch.fx.Node], Any]) -> Callable:
+    """Adds a lowering tried for call nodes without an aten rule (before opaque custom ops)."""
+    if fn not in _CUSTOM_LOWERINGS:
+        _CUSTOM_LOWERINGS.append(fn)
+    return fn
+
+
 class Lowering:
     """Builds one IR graph from an FX graph of aten ops."""
 
@@ -87,6 +99,9 @@ class Lowering:
         # replaced by fresh inputs of its type so that the rest of the graph is still checked.
         self.tolerant = tolerant
         self.unsupported: dict[torch.fx.Node, str] = {}
+        # Source files the compiled program depends on beyond the FX graph (NKI kernels traced
+        # into it): a warm start must not reuse the NEFF after they change.
+        self.sources: set[str] = set()
 
     # ---- helpers -------------------------------------------------------------------------
     def type(self, v: int) -> tuple[torch.dtype, list[int]]:
@@ -235,6 +250,11 @@ class Lowering:
         rule = RULES.get(target)
         if rule is None and isinstance(target, torch._ops.OpOverload):
             rule = RULES.get(target.overloadpacket)
+        if rule is None:
+            for lower in _CUSTOM_LOWERINGS:
+                r = lower(self, n)
+                if r is not NotImplemented:
+                    return r
         if rule is None and _opaque_name(target) in _OPAQUE:
             return self.opaque(n)
         if rule is None:

@@ -1,6 +1,6 @@
 """Counters behind ``torch.neuron.get_dynamo_metrics()``: Dynamo graphs received, AOT graphs
-compiled, NEFF cache hits/misses, compile time and eager fallbacks (merged with the C++
-compiler's counters)."""
+compiled, NEFF cache hits/misses, compile time, eager fallbacks and NKI ops compiled as native
+nodes (merged with the C++ compiler's counters)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def _reset_py() -> None:
         warm_starts=0,
         backend_time_s=0.0,
         fallback_ops={},
+        nki_ops={},
     )
 
 
@@ -58,6 +59,11 @@ def record_fallback(ops: dict[str, str]) -> None:
             _py["fallback_ops"][op] = _py["fallback_ops"].get(op, 0) + 1
 
 
+def record_nki_op(name: str) -> None:
+    with _lock:
+        _py["nki_ops"][name] = _py["nki_ops"].get(name, 0) + 1
+
+
 def get_dynamo_metrics() -> dict:
     """A snapshot of the neuron torch.compile metrics."""
     m = dict(_C._cc.metrics())
@@ -69,6 +75,7 @@ def get_dynamo_metrics() -> dict:
             warm_starts=_py["warm_starts"],
             backend_time_s=_py["backend_time_s"],
             fallback_ops=dict(_py["fallback_ops"]),
+            nki_ops=dict(_py["nki_ops"]),
         )
     m["cache_hits"] = m["cache_hits_memory"] + m["cache_hits_disk"]
     return m

@@ -1,0 +1,52 @@
+// One kernel launch: every grid instance of a traced kernel run in order on a NeuronCore state
+// of its target, with the HBM tensors bound per instance. Shared by the eager entry points
+// (torch_neuronx._C._nki) and NKI calls inside compiled programs (compiler/nki_call.h), so both
+// apply the same checking policy and report the same errors.
+// Thread-safety: run_launch() may be called concurrently (each call acquires its own cores).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor.h"
+#include "program.h"
+
+namespace neuron::nki {
+
+// One HBM tensor of one grid instance, indexed by the program's HBM slot.
+struct HbmArg {
+  uint8_t* data = nullptr;
+  int64_t bytes = 0;
+  std::string name;
+  bool is_input = false;  // initialized by the caller (always "defined" in checking mode)
+  bool scratch = false;   // kernel-private HBM (nl.hbm / nl.private_hbm)
+};
+
+struct LaunchOptions {
+  bool check_uninit = false;
+  bool record_trace = false;
+  int64_t max_loop_iterations = int64_t{1} << 31;
+};
+
+// Runs programs[i] with args[i] for every instance i, in order. In checking mode the
+// non-input HBM tensors get definedness shadows shared by address across the instances (they
+// share HBM), starting undefined. Returns one report per instance. Throws NkiError.
+std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
+                                   const std::vector<std::vector<HbmArg>>& args,
+                                   const LaunchOptions& opt);
+
+// When to track uninitialized memory (NEURON_EMU_NKI_CHECK): on the first run of each
+// program (default), always, or never. NKI_SIMULATOR=1 means always.
+enum class CheckPolicy { First, Always, Never };
+CheckPolicy check_policy_from_env();
+// NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (default 2^31).
+int64_t max_loop_iterations_from_env();
+// Whether a launch of `programs` checks, given whether they ran checked before. Programs with
+// runtime loops are checked on every run unless the policy is Never (like the Python entry
+// points).
+bool want_check(CheckPolicy policy, bool checked_before,
+                const std::vector<const Program*>& programs);
+
+}  // namespace neuron::nki
