@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 import torch_neuronx
-
 from _common import time_per_call, write_result
 
 
@@ -27,7 +26,7 @@ def main() -> None:
     torch.neuron.synchronize()
     native = not any(op.startswith("aten::add") for op in torch_neuronx.get_fallback_ops())
     ratio = rows["neuron"] / rows["cpu"]
-    print(f"tiny add (4 elements), median of 7 x 2000 calls")
+    print("tiny add (4 elements), median of 7 x 2000 calls")
     print(f"  cpu    : {rows['cpu'] * 1e6:8.2f} us/op")
     print(f"  neuron : {rows['neuron'] * 1e6:8.2f} us/op  ({'native kernel' if native else 'CPU fallback'})")
     print(f"  ratio neuron/cpu: {ratio:.2f}x")

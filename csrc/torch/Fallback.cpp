@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "Common.h"
+#include "DtypeContract.h"
 #include "NeuronGenerator.h"
 #include "OpTracker.h"
 
@@ -66,6 +67,14 @@ at::Generator cpu_generator_from(at::Generator neuron_gen) {
 at::Tensor to_cpu(const at::Tensor& t) {
   if (!is_neuron(t)) return t;
   return t.to(at::kCPU);
+}
+
+// The 64-bit dtype contract (DtypeContract.h) for a neuron tensor the fallback touches; `host`
+// is its CPU copy (or the CPU result that goes back to the device).
+void dtype_contract_check(const at::Tensor& t, const at::Tensor& host, const std::string& op) {
+  if (!t.defined() || !dtype_contract::is_64bit(t.scalar_type())) return;
+  dtype_contract::note(t.scalar_type());
+  if (dtype_contract::strict()) dtype_contract::check_host_tensor(host, op.c_str());
 }
 
 // Recreates the meta result of a view op as the same view of the neuron input.
@@ -162,6 +171,7 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
       // An out= tensor is only written: hand the CPU kernel an empty one (no copy to the host,
       // and the kernel resizes it silently); the result is copied back, resizing the original.
       Arg a{{t}, {is_out ? at::empty({0}, t.options().device(at::kCPU)) : to_cpu(t)}};
+      if (!is_out) dtype_contract_check(t, *a.cpu[0], name);
       v = c10::IValue(*a.cpu[0]);
       converted[i] = std::move(a);
     } else if (v.isTensorList()) {
@@ -172,6 +182,7 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
         a.original.emplace_back(t);
         // out= lists must keep their sizes (kernels check them) but not their contents.
         a.cpu.emplace_back(is_out && is_neuron(t) ? at::empty_like(t, t.options().device(at::kCPU)) : to_cpu(t));
+        if (is_neuron(t) && !is_out) dtype_contract_check(t, *a.cpu.back(), name);
         cpu_list.push_back(*a.cpu.back());
       }
       v = c10::IValue(cpu_list);
@@ -185,6 +196,7 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
         if (o) note_target(*o);
         a.original.push_back(o);
         a.cpu.push_back(o ? std::optional<at::Tensor>(to_cpu(*o)) : std::nullopt);
+        if (o && is_neuron(*o)) dtype_contract_check(*o, *a.cpu.back(), name);
         cpu_list.push_back(a.cpu.back());
       }
       v = c10::IValue(cpu_list);
@@ -220,6 +232,7 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
       at::Tensor dst = *a.original[k];
       const at::Tensor& src = *a.cpu[k];
       if (dst.sizes() != src.sizes()) dst.resize_(src.sizes());
+      dtype_contract_check(dst, src, name);
       dst.copy_(src);
     }
   }
@@ -250,6 +263,7 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     if (!target) continue;  // no neuron input: results stay where the CPU kernel put them
     if (r.isTensor()) {
       const at::Tensor t = r.toTensor();
+      if (t.defined() && t.device().is_cpu()) dtype_contract_check(t, t, name);
       if (t.defined() && t.device().is_cpu()) r = c10::IValue(t.to(*target));
     } else if (r.isTensorList()) {
       c10::List<at::Tensor> l;
@@ -261,11 +275,6 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_cpu_fallback>());
-}
-
-// Autocast for neuron: ops without an explicit policy pass through (policies: Autocast.cpp).
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace neuron::torch_glue

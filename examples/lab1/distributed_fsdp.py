@@ -16,7 +16,7 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
+from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 

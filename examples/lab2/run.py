@@ -14,7 +14,6 @@ import time
 
 import torch
 import torch_neuronx  # noqa: F401  (get_fallback_ops)
-
 from llama_base.config import SIZES
 
 VARIANTS = {

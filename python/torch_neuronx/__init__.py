@@ -16,11 +16,13 @@ __version__ = "0.1.0"
 
 _register_device()
 
-from . import distributed, neuron  # noqa: E402  (need the registered device)
-from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
-from .neuron_dynamo_backend import _install as _install_dynamo_backend  # noqa: E402
-from .neuron_dynamo_backend import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402
-from .neuron import (  # noqa: E402
+# NKI: importing it here emits the NKI_ENABLE_TRACE_CACHE notice at `import torch` like the real
+# stack; the torch operator helpers (torch.library, Dynamo) load on first use.
+import nki as nki
+
+from . import distributed, neuron
+from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops
+from .neuron import (
     Event,
     Stream,
     StreamContext,
@@ -43,11 +45,8 @@ from .neuron import (  # noqa: E402
     stream,
     synchronize,
 )
-
-
-# NKI: importing it here emits the NKI_ENABLE_TRACE_CACHE notice at `import torch` like the real
-# stack; the torch operator helpers (torch.library, Dynamo) load on first use.
-import nki as nki  # noqa: E402
+from .neuron_dynamo_backend import _install as _install_dynamo_backend
+from .neuron_dynamo_backend import get_dynamo_metrics, reset_dynamo_metrics
 
 _LAZY = {"nki_op", "wrap_nki", "NKIHOPCaller"}
 

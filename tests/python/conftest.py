@@ -5,8 +5,7 @@ import textwrap
 
 import pytest
 import torch
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_paths import REPO
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 120, cwd: str | None = None):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 import torch_neuronx
-from conftest import REPO
+from repo_paths import REPO
 from torch_neuronx import _C
 
 

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO
+from repo_paths import REPO
 
 SCRIPT = r"""
 import json, sys, torch, torch_neuronx

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import REPO
+from repo_paths import REPO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -8,8 +8,8 @@ which can amplify that a little. 1e-4 relative / 1e-5 absolute over 4 steps.
 """
 
 import torch
-from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
 from torch import nn
+from workload_helpers import assert_close_dicts, assert_no_fallback, grads, params, twin
 
 
 def make_cnn() -> nn.Module:

@@ -14,9 +14,9 @@ the tolerance).
 import math
 
 import torch
-from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
 from torch import nn
 from torch.nn import functional as F
+from workload_helpers import assert_close_dicts, assert_no_fallback, grads, params, twin
 
 VOCAB, DIM, HEADS, KV_HEADS, LAYERS, HIDDEN, MAX_LEN = 96, 64, 4, 2, 2, 160, 48
 HEAD_DIM = DIM // HEADS
@@ -132,7 +132,10 @@ def test_tiny_llama_trains_and_generates_like_cpu():
         loss_n = F.cross_entropy(logits_n.flatten(0, 1), tokens_n[:, 1:].flatten())
         opt_n.zero_grad()
         loss_n.backward()
-        torch.testing.assert_close(logits_n.detach().cpu(), logits_c.detach(), rtol=2e-4, atol=2e-5)
+        # After an AdamW step, parameters whose gradient is ~0 move by up to lr in either direction
+        # (m / sqrt(v) of rounding noise), so later steps compare looser than the first forward.
+        tol = dict(rtol=2e-4, atol=2e-5) if step == 0 else dict(rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(logits_n.detach().cpu(), logits_c.detach(), **tol, msg=lambda m: f"step {step}: {m}")
         torch.testing.assert_close(loss_n.cpu(), loss_c.detach(), rtol=2e-4, atol=1e-6)
         assert_close_dicts(grads(neuron), grads(cpu), rtol=2e-4, atol=2e-5, what=f"grad step {step}")
         opt_c.step()

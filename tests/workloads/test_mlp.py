@@ -7,8 +7,8 @@ relative after 10 steps is comfortable while still catching any wrong gradient.
 """
 
 import torch
-from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
 from torch import nn
+from workload_helpers import assert_close_dicts, assert_no_fallback, grads, params, twin
 
 
 def test_lab1_step2_mlp_trains_like_cpu():

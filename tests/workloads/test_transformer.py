@@ -12,8 +12,8 @@ of either device decides the direction.
 
 import torch
 import torch_neuronx
-from conftest import assert_close_dicts, assert_no_fallback, grads, params, twin
 from torch import nn
+from workload_helpers import assert_close_dicts, assert_no_fallback, grads, params, twin
 
 
 class Model(nn.Module):

@@ -1,7 +1,7 @@
 """The Lab 2 baseline Llama: pure PyTorch ops, RoPE, static KV cache, tied embeddings."""
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from .config import LlamaConfig
 from .self_attention import rope_tables

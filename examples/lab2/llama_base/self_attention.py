@@ -1,8 +1,8 @@
 """Causal self-attention with RoPE and a static KV cache, in plain PyTorch ops."""
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from .config import LlamaConfig
 

@@ -1,10 +1,9 @@
 """Causal self-attention with RoPE and a static KV cache: the projections stay nn.Linear, RoPE
 and attention (with the cache update) are NKI Library kernels."""
 
-import torch.nn as nn
-from nki_ops import nki_attn, nki_rope
-
 from llama_base.self_attention import rope_tables  # noqa: F401  (same tables as the baseline)
+from nki_ops import nki_attn, nki_rope
+from torch import nn
 
 from .config import LlamaConfig
 

@@ -1,7 +1,7 @@
 """One decoder layer: RMSNorm -> attention -> residual -> RMSNorm -> SwiGLU MLP -> residual."""
 
-import torch.nn as nn
 from nki_ops import nki_mlp
+from torch import nn
 
 from .config import LlamaConfig
 from .self_attention import SelfAttention

@@ -2,10 +2,9 @@
 projection and RoPE are one nkilib kernel (qkv), attention with the cache update another.
 (Decode steps do not use this module: the whole layer stack is one megakernel.)"""
 
-import torch.nn as nn
-from nki_ops import nki_attn, nki_qkv_rope
-
 from llama_base.self_attention import rope_tables  # noqa: F401
+from nki_ops import nki_attn, nki_qkv_rope
+from torch import nn
 
 from .config import LlamaConfig
 

@@ -1,8 +1,8 @@
 """One decoder layer for the prefill step of the experimental variant: fused kernels around
 the residual stream (RMSNorm+QKV+RoPE, attention+cache, residual add+RMSNorm+MLP)."""
 
-import torch.nn as nn
 from nki_ops import nki_mlp_fused
+from torch import nn
 
 from .config import LlamaConfig
 from .self_attention import SelfAttention

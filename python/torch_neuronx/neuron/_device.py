@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -88,7 +87,7 @@ class device:
             if self.prev_idx != self.idx:
                 set_device(self.idx)
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         if self.idx >= 0 and self.prev_idx != self.idx:
             set_device(self.prev_idx)
         return False

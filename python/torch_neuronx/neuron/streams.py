@@ -83,7 +83,7 @@ class StreamContext:
         torch.accelerator.set_stream(self.stream)
         return self.stream
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: object) -> bool:
         if self.stream is not None and self.prev is not None:
             torch.accelerator.set_stream(self.prev)
         return False
