@@ -68,8 +68,8 @@ struct LoopTable {
                     int64_t j1) = nullptr;
 };
 
-// The table for the running CPU (AVX2+FMA+F16C when available); NEURON_EMU_DISABLE_SIMD=1
-// forces the generic one.
+// The table for the running CPU (AVX2+FMA+F16C when available); NEURON_EMU_SIMD=portable
+// (kernels::simd_level()) forces the generic one.
 const LoopTable& loops();
 const LoopTable& loops_generic();
 const LoopTable* loops_avx2();  // nullptr when the CPU lacks AVX2/FMA/F16C

@@ -2,7 +2,7 @@
 #define VM_LOOPS_IMPL
 #define VM_LOOPS_NS generic
 #define VM_LOOPS_ISA "generic"
-#include "runtime/env.h"
+#include "kernels/simd.h"
 #include "vm_loops.h"
 
 namespace neuron::cc::vm {
@@ -25,7 +25,7 @@ const LoopTable* loops_avx2() {
 
 const LoopTable& loops() {
   static const LoopTable* chosen = [] {
-    if (rt::getenv_bool("NEURON_EMU_DISABLE_SIMD", false)) return &loops_generic();
+    if (kernels::simd_level() == kernels::SimdLevel::Portable) return &loops_generic();
     const LoopTable* a = loops_avx2();
     return a ? a : &loops_generic();
   }();

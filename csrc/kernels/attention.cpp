@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu.h"
+#include "simd.h"
 #include "gemm.h"
 #include "rows.h"
 #include "runtime/thread_pool.h"
@@ -43,7 +43,7 @@ NEURON_AVX2 float exp_sub_avx2(float* s, int64_t n, float mx) {
 }
 
 float exp_sub(float* s, int64_t n, float mx) {
-  static const bool simd = best_isa() == Isa::Avx2;
+  static const bool simd = simd_level() == SimdLevel::Avx2;
   return simd ? exp_sub_avx2(s, n, mx) : exp_sub_portable(s, n, mx);
 }
 
@@ -61,7 +61,7 @@ NEURON_AVX2 float row_max_avx2(const float* s, int64_t n, float init) {
 }
 
 float row_max(const float* s, int64_t n, float init) {
-  static const bool simd = best_isa() == Isa::Avx2;
+  static const bool simd = simd_level() == SimdLevel::Avx2;
   return simd ? row_max_avx2(s, n, init) : row_max_portable(s, n, init);
 }
 
@@ -77,7 +77,7 @@ NEURON_AVX2 void scale_row_avx2(float* x, int64_t n, float f) {
 }
 
 void scale_row(float* x, int64_t n, float f) {
-  static const bool simd = best_isa() == Isa::Avx2;
+  static const bool simd = simd_level() == SimdLevel::Avx2;
   simd ? scale_row_avx2(x, n, f) : scale_row_portable(x, n, f);
 }
 
@@ -96,7 +96,7 @@ NEURON_AVX2 void ds_row_avx2(const float* p, float* dp, int64_t n, float delta) 
 }
 
 void ds_row(const float* p, float* dp, int64_t n, float delta) {
-  static const bool simd = best_isa() == Isa::Avx2;
+  static const bool simd = simd_level() == SimdLevel::Avx2;
   simd ? ds_row_avx2(p, dp, n, delta) : ds_row_portable(p, dp, n, delta);
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "blas.h"
-#include "cpu.h"
+#include "simd.h"
 #include "dispatch.h"
 #include "gemv.h"
 #include "rows.h"
@@ -371,7 +371,7 @@ void gemm(const GemmProblem& p) {
   if (p.batch == 0 || p.m == 0 || p.n == 0) return;
   GemmProblem s;
   if (p.k == 0) return gemm_reference(p);  // C = beta * C
-  if (small_route(p, &s)) return gemm_small_m(s, best_isa());
+  if (small_route(p, &s)) return gemm_small_m(s, simd_level());
   if (!is_blas_float(p.in_dtype) || !fits_int(p) || !blas_available(p.in_dtype))
     return gemm_reference(p);
   switch (p.in_dtype) {

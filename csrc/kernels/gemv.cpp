@@ -171,7 +171,7 @@ void store_tile(const GemmProblem& p, int64_t bi, int64_t j0, int64_t ncols, con
 }
 
 template <typename T>
-void run(const GemmProblem& p, Isa isa) {
+void run(const GemmProblem& p, SimdLevel isa) {
   const bool dot = p.b_rs == 1;
   // A as dense fp32 rows: it is small (m rows), and the kernels then need one layout only.
   std::vector<float> apack(static_cast<size_t>(p.batch * p.m * p.k));
@@ -196,13 +196,13 @@ void run(const GemmProblem& p, Isa isa) {
       const T* b = static_cast<const T*>(p.b) + bi * p.b_bs;
       if (dot) {
         const T* bt = b + j0 * p.b_cs;
-        if (isa == Isa::Avx2)
+        if (isa == SimdLevel::Avx2)
           dot_tile_avx2(a, p.m, p.k, bt, p.b_cs, nc, acc.data());
         else
           dot_tile_portable(a, p.m, p.k, bt, p.b_cs, nc, acc.data());
       } else {
         const T* bt = b + j0;
-        if (isa == Isa::Avx2)
+        if (isa == SimdLevel::Avx2)
           axpy_tile_avx2(a, p.m, p.k, bt, p.b_rs, nc, acc.data());
         else
           axpy_columns_portable(a, p.m, p.k, bt, p.b_rs, nc, acc.data(), nc);
@@ -226,7 +226,7 @@ bool gemm_small_m_supported(const GemmProblem& p) {
   return in_ok && out_ok && p.k > 0 && (p.b_rs == 1 || p.b_cs == 1);
 }
 
-void gemm_small_m(const GemmProblem& p, Isa isa) {
+void gemm_small_m(const GemmProblem& p, SimdLevel isa) {
   if (!gemm_small_m_supported(p)) throw std::invalid_argument("gemm_small_m: unsupported problem");
   if (p.batch == 0 || p.m == 0 || p.n == 0) return;
   switch (p.in_dtype) {

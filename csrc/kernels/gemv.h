@@ -4,7 +4,7 @@
 // accumulated in fp32, with the columns of C split over the host pool.
 #pragma once
 
-#include "cpu.h"
+#include "simd.h"
 #include "gemm.h"
 
 namespace neuron::kernels {
@@ -14,8 +14,8 @@ namespace neuron::kernels {
 // Inputs Float32, BFloat16 or Float16; outputs as in gemm().
 bool gemm_small_m_supported(const GemmProblem& p);
 
-// Computes `p` with the given instruction set (Isa::Portable is the reference the SIMD path is
+// Computes `p` with the given instruction set (SimdLevel::Portable is the reference the SIMD path is
 // tested against). Requires gemm_small_m_supported(p).
-void gemm_small_m(const GemmProblem& p, Isa isa);
+void gemm_small_m(const GemmProblem& p, SimdLevel isa);
 
 }  // namespace neuron::kernels

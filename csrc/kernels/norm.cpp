@@ -203,9 +203,9 @@ struct RowOps {
 };
 
 template <typename C>
-RowOps<C> row_ops(Isa isa) {
+RowOps<C> row_ops(SimdLevel isa) {
   if constexpr (std::is_same_v<C, float>) {
-    if (isa == Isa::Avx2) return {moments_avx2, sumsq_avx2, apply_avx2, backward_avx2};
+    if (isa == SimdLevel::Avx2) return {moments_avx2, sumsq_avx2, apply_avx2, backward_avx2};
   }
   return {moments_portable<C>, sumsq_portable<C>, apply_portable<C>, backward_portable<C>};
 }
@@ -267,7 +267,7 @@ C* out_row(const TensorRef& t, int64_t row, C* buf) {
 template <typename C>
 void norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd,
                   const TensorRef& input, const TensorRef& weight, const TensorRef& bias,
-                  double eps, bool center, Isa isa) {
+                  double eps, bool center, SimdLevel isa) {
   const int64_t M = input.sizes[0], N = input.sizes[1];
   const auto w = param<C>(weight, N), b = param<C>(bias, N);
   const RowOps<C> ops = row_ops<C>(isa);
@@ -301,7 +301,7 @@ template <typename C>
 void norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                    const TensorRef& grad_bias, const TensorRef& grad_out, const TensorRef& input,
                    const TensorRef& mean, const TensorRef& rstd, const TensorRef& weight,
-                   bool center, Isa isa) {
+                   bool center, SimdLevel isa) {
   const int64_t M = input.sizes[0], N = input.sizes[1];
   const auto w = param<C>(weight, N);
   const RowOps<C> ops = row_ops<C>(isa);
@@ -345,7 +345,7 @@ bool use_f64(const TensorRef& input) { return input.dtype == DType::Float64; }
 
 void layer_norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd,
                         const TensorRef& input, const TensorRef& weight, const TensorRef& bias,
-                        double eps, Isa isa) {
+                        double eps, SimdLevel isa) {
   check_row_dtype("layer_norm", input);
   if (use_f64(input))
     return norm_forward<double>(out, mean, rstd, input, weight, bias, eps, true, isa);
@@ -355,7 +355,7 @@ void layer_norm_forward(const TensorRef& out, const TensorRef& mean, const Tenso
 void layer_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                          const TensorRef& grad_bias, const TensorRef& grad_out,
                          const TensorRef& input, const TensorRef& mean, const TensorRef& rstd,
-                         const TensorRef& weight, Isa isa) {
+                         const TensorRef& weight, SimdLevel isa) {
   check_row_dtype("layer_norm_backward", input);
   if (use_f64(input))
     return norm_backward<double>(grad_input, grad_weight, grad_bias, grad_out, input, mean, rstd,
@@ -365,7 +365,7 @@ void layer_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weig
 }
 
 void rms_norm_forward(const TensorRef& out, const TensorRef& rstd, const TensorRef& input,
-                      const TensorRef& weight, double eps, Isa isa) {
+                      const TensorRef& weight, double eps, SimdLevel isa) {
   check_row_dtype("rms_norm", input);
   const TensorRef none;
   if (use_f64(input))
@@ -375,7 +375,7 @@ void rms_norm_forward(const TensorRef& out, const TensorRef& rstd, const TensorR
 
 void rms_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                        const TensorRef& grad_out, const TensorRef& input, const TensorRef& rstd,
-                       const TensorRef& weight, Isa isa) {
+                       const TensorRef& weight, SimdLevel isa) {
   check_row_dtype("rms_norm_backward", input);
   const TensorRef none;
   if (use_f64(input))

@@ -5,7 +5,7 @@
 // statistics) sum fixed blocks in a fixed order, so results do not depend on the thread count.
 #pragma once
 
-#include "cpu.h"
+#include "simd.h"
 #include "tensor_ref.h"
 
 namespace neuron::kernels {
@@ -14,18 +14,18 @@ namespace neuron::kernels {
 // data == nullptr (layer norm); rstd: [M] (RMS norm).
 void layer_norm_forward(const TensorRef& out, const TensorRef& mean, const TensorRef& rstd,
                         const TensorRef& input, const TensorRef& weight, const TensorRef& bias,
-                        double eps, Isa isa = best_isa());
+                        double eps, SimdLevel isa = simd_level());
 // Any of grad_input/grad_weight/grad_bias may have data == nullptr (not wanted).
 void layer_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                          const TensorRef& grad_bias, const TensorRef& grad_out,
                          const TensorRef& input, const TensorRef& mean, const TensorRef& rstd,
-                         const TensorRef& weight, Isa isa = best_isa());
+                         const TensorRef& weight, SimdLevel isa = simd_level());
 
 void rms_norm_forward(const TensorRef& out, const TensorRef& rstd, const TensorRef& input,
-                      const TensorRef& weight, double eps, Isa isa = best_isa());
+                      const TensorRef& weight, double eps, SimdLevel isa = simd_level());
 void rms_norm_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                        const TensorRef& grad_out, const TensorRef& input, const TensorRef& rstd,
-                       const TensorRef& weight, Isa isa = best_isa());
+                       const TensorRef& weight, SimdLevel isa = simd_level());
 
 // Batch norm over input [N, C, S]. Training: normalises with the batch statistics, writes
 // save_mean/save_invstd [C] and updates running_mean/running_var [C] (when given) with

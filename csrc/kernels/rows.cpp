@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cpu.h"
+#include "simd.h"
 #include "dispatch.h"
 #include "simd_avx2.h"
 
@@ -36,7 +36,7 @@ void row_to_f32(const void* src, DType t, float* dst, int64_t n) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  if (best_isa() == Isa::Avx2) {
+  if (simd_level() == SimdLevel::Avx2) {
     if (t == DType::BFloat16) return to_f32_avx2(static_cast<const bf16*>(src), dst, n);
     if (t == DType::Float16) return to_f32_avx2(static_cast<const f16*>(src), dst, n);
   }
@@ -56,7 +56,7 @@ void row_from_f32(const float* src, void* dst, DType t, int64_t n) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  if (best_isa() == Isa::Avx2) {
+  if (simd_level() == SimdLevel::Avx2) {
     if (t == DType::BFloat16) return from_f32_avx2(src, static_cast<bf16*>(dst), n);
     if (t == DType::Float16) return from_f32_avx2(src, static_cast<f16*>(dst), n);
   }

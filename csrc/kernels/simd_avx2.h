@@ -1,6 +1,6 @@
 // AVX2/FMA/F16C building blocks for the SIMD paths of the kernels. Every function carries the
 // target attribute, so this header may be included by any translation unit: the code only runs
-// after best_isa() (cpu.h) reported AVX2. Callers mark their own functions NEURON_AVX2.
+// after simd_level() (simd.h) reported AVX2. Callers mark their own functions NEURON_AVX2.
 #pragma once
 
 #include <immintrin.h>

@@ -165,7 +165,7 @@ void check_same_shape(const char* what, const TensorRef& a, const TensorRef& b) 
 
 }  // namespace
 
-void softmax_forward(const TensorRef& out, const TensorRef& in, int dim, bool log, Isa isa) {
+void softmax_forward(const TensorRef& out, const TensorRef& in, int dim, bool log, SimdLevel isa) {
   check_same_shape("softmax", out, in);
   check_float("softmax", in.dtype);
   check_float("softmax", out.dtype);
@@ -180,7 +180,7 @@ void softmax_forward(const TensorRef& out, const TensorRef& in, int dim, bool lo
                      });
     return;
   }
-  auto row = isa == Isa::Avx2 ? softmax_row_avx2 : softmax_row_portable;
+  auto row = isa == SimdLevel::Avx2 ? softmax_row_avx2 : softmax_row_portable;
   const bool f32 = in.dtype == DType::Float32 && out.dtype == DType::Float32;
   for_each_line<2>(
       {&out, &in}, dim, 4 * n, [&](std::array<char*, 2> p, const std::array<int64_t, 2>& s) {
@@ -197,7 +197,7 @@ void softmax_forward(const TensorRef& out, const TensorRef& in, int dim, bool lo
 }
 
 void softmax_backward(const TensorRef& grad_in, const TensorRef& grad_out, const TensorRef& out,
-                      int dim, bool log, Isa isa) {
+                      int dim, bool log, SimdLevel isa) {
   check_same_shape("softmax_backward", grad_in, grad_out);
   check_same_shape("softmax_backward", grad_in, out);
   check_float("softmax_backward", grad_in.dtype);
@@ -217,7 +217,7 @@ void softmax_backward(const TensorRef& grad_in, const TensorRef& grad_out, const
                      });
     return;
   }
-  auto row = isa == Isa::Avx2 ? softmax_bwd_row_avx2 : softmax_bwd_row_portable;
+  auto row = isa == SimdLevel::Avx2 ? softmax_bwd_row_avx2 : softmax_bwd_row_portable;
   const bool f32 = grad_in.dtype == DType::Float32 && grad_out.dtype == DType::Float32 &&
                    out.dtype == DType::Float32;
   for_each_line<3>({&grad_in, &grad_out, &out}, dim, 4 * n,

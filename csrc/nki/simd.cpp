@@ -3,6 +3,8 @@
 #include <bit>
 #include <cstring>
 
+#include "kernels/simd.h"
+
 namespace neuron::nki::simd {
 
 namespace {
@@ -31,8 +33,7 @@ struct Table {
   bool avx2 = false;
   Table() {
 #ifdef NKI_SIMD_AVX2
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (kernels::simd_level() == kernels::SimdLevel::Avx2) {
       f32 = axpy_f32_avx2;
       bf16 = axpy_bf16_avx2;
       avx2 = true;

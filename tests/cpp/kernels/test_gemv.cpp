@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu.h"
+#include "kernels/simd.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 
@@ -63,7 +63,7 @@ void check_case(const Case& cs, DType dt, DType out_dt, double alpha, double bet
   p.beta = beta;
   ASSERT_TRUE(gemm_small_m_supported(p));
   const size_t csize = static_cast<size_t>(B * m * ldc);
-  auto run = [&](Isa isa) {
+  auto run = [&](SimdLevel isa) {
     std::vector<float> c32(csize, 0.5f);
     std::vector<T> c16(csize, T(0.5f));
     if (out_dt == DType::Float32) {
@@ -77,8 +77,8 @@ void check_case(const Case& cs, DType dt, DType out_dt, double alpha, double bet
       r[i] = out_dt == DType::Float32 ? c32[i] : static_cast<float>(c16[i]);
     return r;
   };
-  const auto portable = run(Isa::Portable);
-  const auto best = run(best_isa());
+  const auto portable = run(SimdLevel::Portable);
+  const auto best = run(simd_level());
   // Reference in double from the (already rounded) inputs.
   const double out_eps = out_dt == DType::BFloat16  ? 1.0 / 128
                          : out_dt == DType::Float16 ? 1.0 / 1024

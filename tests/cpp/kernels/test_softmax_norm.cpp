@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu.h"
+#include "kernels/simd.h"
 #include "kernels/norm.h"
 #include "kernels/softmax.h"
 
@@ -50,7 +50,7 @@ TEST(Softmax, MatchesDoubleReferenceBothIsasAndLayouts) {
   const int64_t R = 7, C = 333;
   auto x = random_vec(static_cast<size_t>(R * C), 1, 5.0f);
   for (bool log : {false, true})
-    for (Isa isa : {Isa::Portable, best_isa()})
+    for (SimdLevel isa : {SimdLevel::Portable, simd_level()})
       for (int layout = 0; layout < 2; ++layout) {
         // layout 1: the softmax dim is strided (a column-major view).
         std::vector<float> in(x), out(x.size(), NAN);
@@ -69,7 +69,7 @@ TEST(Softmax, MatchesDoubleReferenceBothIsasAndLayouts) {
           for (int64_t c = 0; c < C; ++c) {
             const double ref = log ? at(in, c) - mx - std::log(s) : std::exp(at(in, c) - mx) / s;
             ASSERT_NEAR(at(out, c), ref, 2e-6 * (1 + std::fabs(ref)))
-                << "isa " << isa_name(isa) << " log " << log;
+                << "isa " << simd_level_name(isa) << " log " << log;
           }
         }
       }
@@ -83,9 +83,9 @@ TEST(Softmax, BackwardAndBf16) {
                   ty = ref2(y.data(), DType::Float32, R, C, C, 1);
   softmax_forward(ty, tx, 1, false);
   softmax_backward(ref2(gi.data(), DType::Float32, R, C, C, 1),
-                   ref2(g.data(), DType::Float32, R, C, C, 1), ty, 1, false, Isa::Portable);
+                   ref2(g.data(), DType::Float32, R, C, C, 1), ty, 1, false, SimdLevel::Portable);
   softmax_backward(ref2(gi2.data(), DType::Float32, R, C, C, 1),
-                   ref2(g.data(), DType::Float32, R, C, C, 1), ty, 1, false, best_isa());
+                   ref2(g.data(), DType::Float32, R, C, C, 1), ty, 1, false, simd_level());
   for (int64_t r = 0; r < R; ++r) {
     double dot = 0;
     for (int64_t c = 0; c < C; ++c)
@@ -118,7 +118,7 @@ TEST(Norm, LayerAndRmsNormForwardBackwardAgainstDouble) {
        w = random_vec(static_cast<size_t>(N), 5), b = random_vec(static_cast<size_t>(N), 6),
        g = random_vec(static_cast<size_t>(M * N), 7);
   for (bool rms : {false, true})
-    for (Isa isa : {Isa::Portable, best_isa()}) {
+    for (SimdLevel isa : {SimdLevel::Portable, simd_level()}) {
       std::vector<float> y(x.size()), mean(static_cast<size_t>(M)), rstd(static_cast<size_t>(M)),
           dx(x.size()), dw(static_cast<size_t>(N)), db(static_cast<size_t>(N));
       const TensorRef tx = ref2(x.data(), DType::Float32, M, N, N, 1),

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/simd.h"
 #include "nki/simd.h"
 
 namespace simd = neuron::nki::simd;
@@ -48,11 +49,8 @@ TEST(NkiSimd, AxpyMatchesPortableForEveryLength) {
   }
 }
 
-TEST(NkiSimd, UsesAvx2WhenTheHostHasIt) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  EXPECT_EQ(simd::using_avx2(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-#else
-  EXPECT_FALSE(simd::using_avx2());
-#endif
+TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
+  // AVX2 exactly when the kernels use it (the host has AVX2+FMA+F16C and NEURON_EMU_SIMD is not
+  // `portable`).
+  EXPECT_EQ(simd::using_avx2(), neuron::kernels::simd_level() == neuron::kernels::SimdLevel::Avx2);
 }
