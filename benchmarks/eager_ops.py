@@ -78,6 +78,33 @@ def cat_last(x, y):
     return torch.cat([x, y], -1)
 
 
+def row_sum(x):
+    return x.sum(-1)
+
+
+def silu(x):
+    return F.silu(x)
+
+
+def normal_fill(x):
+    return x.normal_()
+
+
+def adamw_step(quick: bool):
+    """setup(device) -> one fused AdamW step over a model-sized parameter list (fused=True)."""
+    shapes = [(512, 512)] * 8 if quick else [(2048, 2048)] * 4 + [(4096,)] * 8
+
+    def setup(device: str) -> Callable[[], object]:
+        g = torch.Generator().manual_seed(1)
+        params = [torch.randn(s, generator=g).to(device).requires_grad_() for s in shapes]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
+        opt = torch.optim.AdamW(params, lr=1e-3, fused=True)
+        return opt.step
+
+    return setup
+
+
 def cases(quick: bool):
     """(family, description, setup(device) -> callable)."""
     g = torch.Generator().manual_seed(0)
@@ -109,6 +136,11 @@ def cases(quick: bool):
          on_device(embedding, rand(32000, width), torch.randint(0, 32000, (2048,), generator=g))),
         ("cat", f"cat two {rows}x4096 fp32 on the last dim", on_device(cat_last, rand(rows, 4096), rand(rows, 4096))),
         ("elementwise", f"add fp32, {elems // 2**20}M elements", on_device(torch.add, rand(elems), rand(elems))),
+        ("activation", f"silu bf16, {elems // 2**20}M elements", on_device(silu, rand(elems).bfloat16())),
+        ("reduction", f"sum fp32 rows of 4096, {rows}x4096", on_device(row_sum, rand(rows, 4096))),
+        ("rng", f"normal_ fp32, {elems // 2**20}M elements", on_device(normal_fill, rand(elems))),
+        ("optimizer", "AdamW fused step, 16.8M fp32 params" if not quick else "AdamW fused step, 2M fp32 params",
+         adamw_step(quick)),
         ("dispatch", "tiny add (4 elements): per-op overhead", on_device(torch.add, rand(4), rand(4))),
     ]
 
