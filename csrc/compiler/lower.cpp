@@ -62,6 +62,46 @@ std::vector<int> readers(const Graph& g, const UseInfo& uses, int v) {
   return r;
 }
 
+// A mutation whose value is a chain of scatters into the input, x -> s1 -> s2 -> ... -> sk
+// (each s_j = index_put/scatter/slice_scatter of s_{j-1}; a stacked KV cache updated layer by
+// layer), runs in place when every reader of each version runs before the scatter that makes
+// the next one: each scatter then writes the input buffer and every version lives there.
+bool inplace_scatter_chain(const Graph& g, const UseInfo& uses, const Mutation& m, Plan& p) {
+  const int in_v = g.inputs[static_cast<size_t>(m.input_index)];
+  std::vector<int> chain;  // producers, last first
+  int v = m.value;
+  while (v != in_v) {
+    const int prod = uses.producer[static_cast<size_t>(v)];
+    if (prod < 0) return false;
+    const Node& n = g.nodes[static_cast<size_t>(prod)];
+    const bool scatter_like =
+        n.op == Op::index_put || n.op == Op::scatter || n.op == Op::slice_scatter;
+    if (!scatter_like || n.inputs.empty()) return false;
+    // The version must be a plain intermediate: not returned, not placed anywhere yet, and
+    // only read after this scatter through the chain.
+    if (v != m.value && (uses.output_uses[static_cast<size_t>(v)] > 0 || p.loc[static_cast<size_t>(v)].set))
+      return false;
+    const int base = n.inputs[0];
+    if (std::count(n.inputs.begin(), n.inputs.end(), base) != 1) return false;
+    if (g.type(base) != g.type(v)) return false;
+    for (int r : readers(g, uses, base))
+      if (r != prod && r > prod) return false;
+    chain.push_back(prod);
+    v = base;
+  }
+  if (chain.size() < 2) return false;  // one scatter: handled (or refused) by the caller
+  const Location& last = p.loc[static_cast<size_t>(m.value)];
+  if (last.set && last.space != Space::Output) return false;
+  if (last.set) p.output_copy[static_cast<size_t>(last.index)] = m.value;
+  for (int prod : chain) {
+    p.inplace[static_cast<size_t>(prod)] = true;
+    const int out = g.nodes[static_cast<size_t>(prod)].outputs[0];
+    p.loc[static_cast<size_t>(out)] = Location{Space::Input, m.input_index, 0, g.strides_of(in_v), true};
+  }
+  ++p.inplace_mutations;
+  return true;
+}
+
 std::vector<uint8_t> scalar_bytes(double v, int64_t iv, bool has_iv, DType t) {
   std::vector<uint8_t> out(kernels::element_size(t));
   kernels::dispatch_all(t, [&](auto tag) {
@@ -242,6 +282,7 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
         ++p.inplace_mutations;
       }
     }
+    if (!done) done = inplace_scatter_chain(g, uses, m, p);
     if (!done) p.end_copies.push_back(m);
   }
   // Everything else produced by a node lives in the arena.

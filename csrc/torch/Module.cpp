@@ -8,6 +8,7 @@
 #include "NeuronGenerator.h"
 #include "NkiBindings.h"
 #include "OpTracker.h"
+#include "RealStackFallback.h"
 #include "runtime/event.h"
 #include "runtime/thread_pool.h"
 
@@ -116,6 +117,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_fallback_ops", [] { return fallback_ops(); });
   m.def("_get_executed_ops", [] { return executed_ops(); });
   m.def("_clear_op_tracking", [] { clear_op_tracking(); });
+  m.def("_set_fallback_model", [](const std::string& model) {
+    TORCH_CHECK(model == "real" || model == "native",
+                "fallback model must be 'real' or 'native', got '", model, "'");
+    set_mirror_real_stack_fallback(model == "real");
+  });
+  m.def("_fallback_model", [] { return std::string(mirror_real_stack_fallback() ? "real" : "native"); });
 
   m.def("_default_generator", [](int index) {
     const at::Generator& g = default_generator(static_cast<c10::DeviceIndex>(index));

@@ -56,6 +56,8 @@ class _Worker:
     def start(self):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+        # Coverage of neuron-emu's kernels, also for the ops the real stack runs on the CPU.
+        env["NEURON_EMU_FALLBACK_MODEL"] = "native"
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "worker.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, text=True, env=env, cwd=REPO,

@@ -51,3 +51,13 @@ def fresh_compile(tmp_path, monkeypatch):
     backend._warned.clear()
     yield cache
     torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _native_kernels():
+    """These tests exercise neuron-emu's own kernels, also for the ops the real torch-neuronx
+    runs on the CPU (argmax, sort, multinomial; see RealStackFallback.h)."""
+    import torch_neuronx
+
+    torch_neuronx._C._set_fallback_model("native")
+    yield

@@ -145,3 +145,56 @@ def test_bad_fallback_mode(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_FALLBACK", "sometimes")
     with pytest.raises(RuntimeError, match="TORCH_NEURONX_FALLBACK=sometimes"):
         torch.special.bessel_j0(x)
+
+
+# --- the real stack's CPU ops (RealStackFallback.h) ----------------------------------------------
+
+
+@pytest.fixture
+def real_stack():
+    torch_neuronx._C._set_fallback_model("real")
+    yield
+    torch_neuronx._C._set_fallback_model("native")
+
+
+def test_real_stack_cpu_ops_fall_back_under_their_real_names(real_stack):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 50, generator=g)
+    d = dev(logits)
+    torch_neuronx.clear_op_tracking()
+    assert torch.equal(torch.argmax(d, dim=-1).cpu(), torch.argmax(logits, dim=-1))
+    assert torch_neuronx.get_fallback_ops() == ["aten::argmax.out"]
+
+    probs = torch.softmax(logits, -1)
+    values, order = torch.sort(dev(probs), dim=-1, descending=True, stable=True)
+    want_v, want_i = torch.sort(probs, dim=-1, descending=True, stable=True)
+    assert torch.equal(values.cpu(), want_v) and torch.equal(order.cpu(), want_i)
+    torch.manual_seed(3)
+    a = torch.multinomial(dev(probs), 1)
+    torch.manual_seed(3)
+    b = torch.multinomial(dev(probs), 1)
+    assert a.device.type == "neuron" and torch.equal(a.cpu(), b.cpu())  # seeded like any neuron op
+    assert torch_neuronx.get_fallback_ops() == ["aten::argmax.out", "aten::sort.values_stable",
+                                                "aten::multinomial"]
+
+
+def test_native_model_runs_neuron_kernels_for_them():
+    torch_neuronx._C._set_fallback_model("native")
+    d = dev(torch.randn(3, 40))
+    torch.argmax(d, -1)
+    torch.sort(d, -1)
+    torch.multinomial(torch.softmax(d, -1), 2)
+    torch.neuron.synchronize()
+    assert torch_neuronx.get_fallback_ops() == []
+
+
+def test_fallback_model_comes_from_the_environment(py):
+    code = ("import torch, torch_neuronx; print(torch_neuronx._C._fallback_model()); "
+            "torch.argmax(torch.randn(4, device='neuron')); print(torch_neuronx.get_fallback_ops())")
+    r = py(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["real", "['aten::argmax.out']"]
+    r = py(code, env={"NEURON_EMU_FALLBACK_MODEL": "native"})
+    assert r.stdout.split("\n")[:2] == ["native", "[]"]
+    r = py(code, env={"NEURON_EMU_FALLBACK_MODEL": "fast"})
+    assert r.returncode != 0 and "NEURON_EMU_FALLBACK_MODEL=fast: expected real" in r.stderr

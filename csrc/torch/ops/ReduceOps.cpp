@@ -25,6 +25,7 @@
 
 #include "../Common.h"
 #include "../DtypeContract.h"
+#include "../RealStackFallback.h"
 #include "EwLaunch.h"
 #include "kernels/reduce.h"
 
@@ -594,6 +595,27 @@ at::Tensor trace(const at::Tensor& self) {
 
 }  // namespace
 
+// argmax: on real Trainium an eager argmax runs as 'aten::argmax.out' through the CPU fallback;
+// that is mirrored unless NEURON_EMU_FALLBACK_MODEL=native (RealStackFallback.h).
+using ArgmaxSpec = ArgSpec<at::meta::structured_argmax, kernels::ReduceOp::ArgMax>;
+namespace o = at::_ops;
+
+at::Tensor& argmax_out_fn(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim,
+                          at::Tensor& out) {
+  if (mirror_real_stack_fallback())
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, o::argmax_out>::call(self, dim, keepdim,
+                                                                                    out);
+  return OutFn<ArgmaxSpec, o::argmax_out>::call(self, dim, keepdim, out);
+}
+
+at::Tensor argmax_fn(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  if (mirror_real_stack_fallback()) {
+    at::Tensor out = at::empty({0}, self.options().dtype(at::kLong));
+    return o::argmax_out::call(self, dim, keepdim, out);
+  }
+  return FunctionalFn<ArgmaxSpec, o::argmax>::call(self, dim, keepdim);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   namespace o = at::_ops;
   namespace mt = at::meta;
@@ -609,8 +631,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg<OutFn, AmaxSpec<mt::structured_amax, ReduceOp::Max>, o::amax_out>(m);
   reg<FunctionalFn, AmaxSpec<mt::structured_amin, ReduceOp::Min>, o::amin>(m);
   reg<OutFn, AmaxSpec<mt::structured_amin, ReduceOp::Min>, o::amin_out>(m);
-  reg<FunctionalFn, ArgSpec<mt::structured_argmax, ReduceOp::ArgMax>, o::argmax>(m);
-  reg<OutFn, ArgSpec<mt::structured_argmax, ReduceOp::ArgMax>, o::argmax_out>(m);
+  m.impl("argmax", TORCH_FN(argmax_fn));
+  m.impl("argmax.out", TORCH_FN(argmax_out_fn));
   reg<FunctionalFn, ArgSpec<mt::structured_argmin, ReduceOp::ArgMin>, o::argmin>(m);
   reg<OutFn, ArgSpec<mt::structured_argmin, ReduceOp::ArgMin>, o::argmin_out>(m);
   m.impl("max", TORCH_FN((max_all<o::max, ReduceOp::Max>)));

@@ -9,6 +9,8 @@
 #include <mutex>
 
 #include "../NeuronGenerator.h"
+#include "../RealStackFallback.h"
+#include "EwLaunch.h"
 #include "OpUtils.h"
 
 namespace neuron::torch_glue {
@@ -39,17 +41,26 @@ std::tuple<at::Tensor&, at::Tensor&> sort_out_impl(const at::Tensor& self, int64
 
 std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable,
                                                int64_t dim, bool descending) {
-  NEURON_TRACK_OP("aten::sort.stable");
   at::Tensor v = at::empty({0}, self.options()),
              i = at::empty({0}, self.options().dtype(at::kLong));
+  if (mirror_real_stack_fallback()) {
+    // Like torch-neuronx: the functional sort reaches the CPU as 'aten::sort.values_stable'.
+    at::_ops::sort_values_stable::call(self, stable, dim, descending, v, i);
+    return {v, i};
+  }
+  NEURON_TRACK_OP("aten::sort.stable");
   sort_out_impl(self, dim, descending, v, i);
   return {v, i};
 }
 
 std::tuple<at::Tensor, at::Tensor> sort(const at::Tensor& self, int64_t dim, bool descending) {
-  NEURON_TRACK_OP("aten::sort");
   at::Tensor v = at::empty({0}, self.options()),
              i = at::empty({0}, self.options().dtype(at::kLong));
+  if (mirror_real_stack_fallback()) {
+    at::_ops::sort_values_stable::call(self, false, dim, descending, v, i);
+    return {v, i};
+  }
+  NEURON_TRACK_OP("aten::sort");
   sort_out_impl(self, dim, descending, v, i);
   return {v, i};
 }
@@ -58,6 +69,9 @@ std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self,
                                                         std::optional<bool> stable, int64_t dim,
                                                         bool descending, at::Tensor& values,
                                                         at::Tensor& indices) {
+  if (mirror_real_stack_fallback())
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, at::_ops::sort_values_stable>::call(
+        self, stable, dim, descending, values, indices);
   NEURON_TRACK_OP("aten::sort.values_stable");
   return sort_out_impl(self, dim, descending, values, indices);
 }
@@ -65,6 +79,8 @@ std::tuple<at::Tensor&, at::Tensor&> sort_values_stable(const at::Tensor& self,
 std::tuple<at::Tensor&, at::Tensor&> sort_values(const at::Tensor& self, int64_t dim,
                                                  bool descending, at::Tensor& values,
                                                  at::Tensor& indices) {
+  if (mirror_real_stack_fallback())
+    return at::_ops::sort_values_stable::call(self, false, dim, descending, values, indices);
   NEURON_TRACK_OP("aten::sort.values");
   return sort_out_impl(self, dim, descending, values, indices);
 }
@@ -140,6 +156,9 @@ at::Tensor& multinomial_out_impl(const at::Tensor& self, int64_t n, bool replace
 
 at::Tensor multinomial(const at::Tensor& self, c10::SymInt n, bool replacement,
                        std::optional<at::Generator> gen) {
+  if (mirror_real_stack_fallback())
+    return at::native::call_fallback_fn_symint<&neuron_cpu_fallback, at::_ops::multinomial>::call(
+        self, n, replacement, gen);
   NEURON_TRACK_OP("aten::multinomial");
   at::Tensor out = at::empty({0}, self.options().dtype(at::kLong));
   return multinomial_out_impl(self, n.expect_int(), replacement, gen, out);
@@ -147,6 +166,9 @@ at::Tensor multinomial(const at::Tensor& self, c10::SymInt n, bool replacement,
 
 at::Tensor& multinomial_out(const at::Tensor& self, c10::SymInt n, bool replacement,
                             std::optional<at::Generator> gen, at::Tensor& out) {
+  if (mirror_real_stack_fallback())
+    return at::native::call_fallback_fn_symint<&neuron_cpu_fallback, at::_ops::multinomial_out>::call(
+        self, n, replacement, gen, out);
   NEURON_TRACK_OP("aten::multinomial.out");
   return multinomial_out_impl(self, n.expect_int(), replacement, gen, out);
 }

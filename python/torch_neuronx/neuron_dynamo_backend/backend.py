@@ -27,6 +27,7 @@ from . import (
     frontend_cache,
     metrics,
     nki_lowering,  # noqa: F401  (registers the lowering of NKI custom ops)
+    scatter_rewrite,
 )
 from .lowering import Lowering, Unsupported, V
 
@@ -160,6 +161,7 @@ def _compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     metrics.record_aot_graph(kind)
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return _boxed(gm)  # nothing to compute: returns inputs/constants
+    scatter_rewrite.rewrite_slice_index_put(gm)
     bad = _unsupported_nodes(gm, name, example_inputs)
     if not bad:
         cg = CompiledGraph(gm, name, example_inputs)

@@ -43,6 +43,9 @@ _KEEP = [
     aten.tanh_backward,
     aten.var_mean,
     aten.leaky_relu,
+    # Lowered as slice_scatter, or folded into an index_put by scatter_rewrite.py.
+    aten.select_scatter,
+    aten.slice_scatter,
 ]
 
 # Decomposed into ops the compiler lowers.
