@@ -70,7 +70,7 @@ bool want_check(CheckPolicy policy, bool checked_before,
   if (policy == CheckPolicy::Never) return false;
   if (policy == CheckPolicy::Always) return true;
   for (const Program* p : programs)
-    if (p->dynamic()) return true;
+    if (p->needs_recheck()) return true;
   return !checked_before;
 }
 

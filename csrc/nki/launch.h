@@ -43,9 +43,10 @@ enum class CheckPolicy { First, Always, Never };
 CheckPolicy check_policy_from_env();
 // NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (default 2^31).
 int64_t max_loop_iterations_from_env();
-// Whether a launch of `programs` checks, given whether they ran checked before. Programs with
-// runtime loops are checked on every run unless the policy is Never (like the Python entry
-// points).
+// Whether a launch of `programs` checks, given whether they ran checked before. Programs whose
+// definedness can change between runs (Program::needs_recheck: runtime loops whose trip counts
+// or register offsets decide what is written) are checked on every run unless the policy is
+// Never - the same rule as the Python entry points.
 bool want_check(CheckPolicy policy, bool checked_before,
                 const std::vector<const Program*>& programs);
 

@@ -9,6 +9,7 @@
 #include "nki/cost_model.h"
 #include "nki/error.h"
 #include "nki/executor.h"
+#include "nki/launch.h"
 #include "nki/program.h"
 
 namespace nki = neuron::nki;
@@ -334,6 +335,26 @@ TEST(NkiCore, RuntimeLoopUsesRegisterOffsets) {
   const auto est = nki::estimate(*p, &rep.trace, nki::CostParams::for_version(3), 100);
   EXPECT_EQ(est.instructions, 12);
   EXPECT_EQ(est.hbm_read_bytes, 128 * 16 * 4);
+  // Its definedness depends on the trip count: checked on every run (eager and compiled).
+  EXPECT_TRUE(p->needs_recheck());
+  EXPECT_TRUE(nki::want_check(nki::CheckPolicy::First, true, {p.get()}));
+  EXPECT_FALSE(nki::want_check(nki::CheckPolicy::Never, false, {p.get()}));
+}
+
+TEST(NkiCore, StaticProgramIsCheckedOnItsFirstRunOnly) {
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int x = buffer(*p, nki::Mem::Hbm, DT::Float32, {32, 16}, "x", true);
+  const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {32, 16}, "out");
+  const int t = buffer(*p, nki::Mem::Sbuf, DT::Float32, {32, 16}, "t");
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+               {ap(t, DT::Float32, 0, {{16, 32}, {1, 16}}), ap(x, DT::Float32, 0, {{16, 32}, {1, 16}})}, 1));
+  p->add(instr(*p, Op::DmaCopy, nki::Engine::Dma,
+               {ap(out, DT::Float32, 0, {{16, 32}, {1, 16}}), ap(t, DT::Float32, 0, {{16, 32}, {1, 16}})}, 2));
+  p->finalize();
+  EXPECT_FALSE(p->needs_recheck());
+  EXPECT_TRUE(nki::want_check(nki::CheckPolicy::First, false, {p.get()}));
+  EXPECT_FALSE(nki::want_check(nki::CheckPolicy::First, true, {p.get()}));
+  EXPECT_TRUE(nki::want_check(nki::CheckPolicy::Always, true, {p.get()}));
 }
 
 TEST(NkiDtype, SmallFloatsRoundToNearestEven) {
