@@ -19,36 +19,6 @@ struct BatchDim {
   int64_t size, sa, sb, sc;
 };
 
-bool gemv_ok(DType in, DType out, int64_t m, int64_t b_rs) {
-  const bool in_ok = in == DType::Float32 || in == DType::BFloat16 || in == DType::Float16;
-  const bool out_ok = out == DType::Float32 || out == DType::BFloat16 || out == DType::Float16;
-  return in_ok && out_ok && m >= 1 && m <= 8 && b_rs == 1;
-}
-
-// y[M, N] = x[M, K] @ W^T where W is stored as rows of K (b[k, n] at n * ldw + k).
-void gemv(const char* a, int64_t a_rs, int64_t a_cs, const char* b, int64_t ldw, char* c,
-          int64_t c_rs, int64_t c_cs, int64_t m, int64_t n, int64_t k, DType in, DType out) {
-  const vm::LoopTable& L = vm::loops();
-  thread_local std::vector<float> x, y;
-  x.resize(static_cast<size_t>(m * k));
-  y.resize(static_cast<size_t>(m * n));
-  const int64_t es = static_cast<int64_t>(kernels::element_size(in));
-  for (int64_t r = 0; r < m; ++r)
-    L.load[static_cast<int>(in)](x.data() + r * k, a + r * a_rs * es, a_cs * es, k);
-  float* yp = y.data();
-  const float* xp = x.data();
-  const int64_t grain = std::max<int64_t>(8, 32768 / std::max<int64_t>(k * m, 1));
-  auto body = [&](int64_t j0, int64_t j1) { L.gemv_rows(xp, m, k, b, in, ldw, k, yp, n, j0, j1); };
-  if (n <= grain || rt::in_parallel_region()) {
-    body(0, n);
-  } else {
-    rt::parallel_for(0, n, grain, body);
-  }
-  const int64_t os = static_cast<int64_t>(kernels::element_size(out));
-  for (int64_t r = 0; r < m; ++r)
-    L.store[static_cast<int>(out)](c + r * c_rs * os, c_cs * os, yp + r * n, n);
-}
-
 }  // namespace
 
 void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
@@ -82,7 +52,6 @@ void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
   const BatchDim last = bd.empty() ? BatchDim{1, 0, 0, 0} : bd.back();
   const size_t outer_dims = bd.empty() ? 0 : bd.size() - 1;
   std::vector<int64_t> idx(outer_dims, 0);
-  const bool use_gemv = gemv_ok(a.dtype, c.dtype, m, b.strides[r - 2]);
   while (true) {
     int64_t oa = 0, ob = 0, oc = 0;
     for (size_t d = 0; d < outer_dims; ++d) {
@@ -93,12 +62,7 @@ void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
     const char* ap = static_cast<const char*>(a.data) + oa * ea;
     const char* bp = static_cast<const char*>(b.data) + ob * ea;
     char* cp = static_cast<char*>(c.data) + oc * ec;
-    if (use_gemv) {
-      for (int64_t bi = 0; bi < last.size; ++bi)
-        gemv(ap + bi * last.sa * ea, a.strides[r - 2], a.strides[r - 1], bp + bi * last.sb * ea,
-             b.strides[r - 1], cp + bi * last.sc * ec, c.strides[r - 2], c.strides[r - 1], m, n, k,
-             a.dtype, c.dtype);
-    } else {
+    {
       kernels::GemmProblem p;
       p.batch = last.size;
       p.m = m;

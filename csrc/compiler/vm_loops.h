@@ -60,12 +60,6 @@ struct LoopTable {
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float* y, float a, const float* x, int64_t n) = nullptr;  // y += a * x
   void (*scale)(float* y, float a, int64_t n) = nullptr;                 // y *= a
-  // y[j] = sum_k x[r][k] * W[j][k] for rows r < m (m <= 8), j in [j0, j1); W rows of
-  // `wdtype` (f32/bf16/f16) with row stride ldw elements; x fp32 rows of k with stride ldx;
-  // y fp32 rows with stride ldy.
-  void (*gemv_rows)(const float* x, int64_t m, int64_t ldx, const void* w, kernels::DType wdtype,
-                    int64_t ldw, int64_t k, float* y, int64_t ldy, int64_t j0,
-                    int64_t j1) = nullptr;
 };
 
 // The table for the running CPU (AVX2+FMA+F16C when available); NEURON_EMU_SIMD=portable
@@ -883,128 +877,6 @@ void scale_f(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
-#if defined(__AVX2__)
-inline __m256 load8_bf16(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline __m256 load8_f16(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline float hsum8(__m256 v) {
-  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-// Four weight rows at a time against up to M input rows: 4*M independent FMA chains.
-template <int M, int Kind>  // Kind: 0 f32, 1 bf16, 2 f16
-void gemv_block(const float* x, int64_t ldx, const void* w, int64_t ldw, int64_t k, float* y,
-                int64_t ldy, int64_t j0, int64_t j1) {
-  auto load8 = [](const void* base, int64_t off) -> __m256 {
-    if constexpr (Kind == 0) return _mm256_loadu_ps(static_cast<const float*>(base) + off);
-    if constexpr (Kind == 1) return load8_bf16(static_cast<const uint16_t*>(base) + off);
-    return load8_f16(static_cast<const uint16_t*>(base) + off);
-  };
-  auto load1 = [](const void* base, int64_t off) -> float {
-    if constexpr (Kind == 0) return static_cast<const float*>(base)[off];
-    if constexpr (Kind == 1)
-      return as_f(static_cast<uint32_t>(static_cast<const uint16_t*>(base)[off]) << 16);
-    return kernels::f16_to_f32(static_cast<const uint16_t*>(base)[off]);
-  };
-  const int64_t k8 = k & ~int64_t{7};
-  int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) {
-    __m256 acc[M][4];
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t kk = 0; kk < k8; kk += 8) {
-      const __m256 w0 = load8(w, (j + 0) * ldw + kk), w1 = load8(w, (j + 1) * ldw + kk);
-      const __m256 w2 = load8(w, (j + 2) * ldw + kk), w3 = load8(w, (j + 3) * ldw + kk);
-      for (int r = 0; r < M; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x + r * ldx + kk);
-        acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-        acc[r][2] = _mm256_fmadd_ps(xv, w2, acc[r][2]);
-        acc[r][3] = _mm256_fmadd_ps(xv, w3, acc[r][3]);
-      }
-    }
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < 4; ++c) {
-        float s = hsum8(acc[r][c]);
-        for (int64_t kk = k8; kk < k; ++kk) s += x[r * ldx + kk] * load1(w, (j + c) * ldw + kk);
-        y[r * ldy + j + c] = s;
-      }
-  }
-  for (; j < j1; ++j) {
-    __m256 acc[M];
-    for (int r = 0; r < M; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t kk = 0; kk < k8; kk += 8) {
-      const __m256 w0 = load8(w, j * ldw + kk);
-      for (int r = 0; r < M; ++r)
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + kk), w0, acc[r]);
-    }
-    for (int r = 0; r < M; ++r) {
-      float s = hsum8(acc[r]);
-      for (int64_t kk = k8; kk < k; ++kk) s += x[r * ldx + kk] * load1(w, j * ldw + kk);
-      y[r * ldy + j] = s;
-    }
-  }
-}
-
-template <int Kind>
-void gemv_dispatch_m(const float* x, int64_t m, int64_t ldx, const void* w, int64_t ldw, int64_t k,
-                     float* y, int64_t ldy, int64_t j0, int64_t j1) {
-  int64_t r = 0;
-  for (; r + 4 <= m; r += 4)
-    gemv_block<4, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
-  switch (m - r) {
-    case 3:
-      gemv_block<3, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
-      break;
-    case 2:
-      gemv_block<2, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
-      break;
-    case 1:
-      gemv_block<1, Kind>(x + r * ldx, ldx, w, ldw, k, y + r * ldy, ldy, j0, j1);
-      break;
-    default:
-      break;
-  }
-}
-#endif
-
-void gemv_rows_impl(const float* x, int64_t m, int64_t ldx, const void* w, DType wdt, int64_t ldw,
-                    int64_t k, float* y, int64_t ldy, int64_t j0, int64_t j1) {
-#if defined(__AVX2__)
-  if (wdt == DType::Float32) return gemv_dispatch_m<0>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
-  if (wdt == DType::BFloat16) return gemv_dispatch_m<1>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
-  if (wdt == DType::Float16) return gemv_dispatch_m<2>(x, m, ldx, w, ldw, k, y, ldy, j0, j1);
-#endif
-  float row[256];
-  for (int64_t j = j0; j < j1; ++j) {
-    for (int64_t r = 0; r < m; ++r) {
-      float acc = 0.0f;
-      for (int64_t k0 = 0; k0 < k; k0 += 256) {
-        const int64_t len = k - k0 < 256 ? k - k0 : 256;
-        const char* wp = static_cast<const char*>(w) +
-                         (j * ldw + k0) * static_cast<int64_t>(kernels::element_size(wdt));
-        if (wdt == DType::Float32) {
-          load_t<float>(row, wp, 4, len);
-        } else if (wdt == DType::BFloat16) {
-          load_t<kernels::bf16>(row, wp, 2, len);
-        } else {
-          load_t<kernels::f16>(row, wp, 2, len);
-        }
-        acc += dot_f(x + r * ldx + k0, row, len);
-      }
-      y[r * ldy + j] = acc;
-    }
-  }
-}
-
 LoopTable make_table(const char* isa) {
   LoopTable t;
   t.isa = isa;
@@ -1132,7 +1004,6 @@ LoopTable make_table(const char* isa) {
   t.dot = dot_f;
   t.axpy = axpy_f;
   t.scale = scale_f;
-  t.gemv_rows = gemv_rows_impl;
   return t;
 }
 

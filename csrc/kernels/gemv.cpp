@@ -104,8 +104,37 @@ NEURON_AVX2 void dot_bf16_m1_avx2(const float* a, const bf16* b, int64_t ldb, in
   }
 }
 
+// One column (row of W) at a time, two 16-blocks per step: each thread reads W strictly
+// sequentially, which is what the hardware prefetchers stream best from DRAM.
+NEURON_AVX2 float dot_bf16_row_avx2(const float* a, const bf16* b, int64_t k) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  int64_t kk = 0;
+  for (; kk + 32 <= k; kk += 32) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kk));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kk + 16));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk), _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk + 8), _mm256_castsi256_ps(_mm256_and_si256(w0, hi)), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk + 16), _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk + 24), _mm256_castsi256_ps(_mm256_and_si256(w1, hi)), acc3);
+  }
+  for (; kk + 16 <= k; kk += 16) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kk));
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk), _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + kk + 8), _mm256_castsi256_ps(_mm256_and_si256(w0, hi)), acc1);
+  }
+  float s = avx2::hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+  for (; kk < k; ++kk) s += a[kk] * static_cast<float>(b[kk]);
+  return s;
+}
+
 NEURON_AVX2 void dot_tile_bf16_m1_avx2(const float* a, int64_t k, const bf16* b, int64_t ldb,
                                        int64_t ncols, float* out) {
+  if (ldb == k) {  // rows back to back: stream them in order
+    for (int64_t c = 0; c < ncols; ++c) out[c] = dot_bf16_row_avx2(a, b + c * ldb, k);
+    return;
+  }
   int64_t c = 0;
   for (; c + 4 <= ncols; c += 4) dot_bf16_m1_avx2<4>(a, b + c * ldb, ldb, k, out + c);
   for (; c < ncols; ++c) dot_bf16_m1_avx2<1>(a, b + c * ldb, ldb, k, out + c);

@@ -109,34 +109,6 @@ TEST(CompilerVm, Bf16AndF16ConversionsRoundToNearestEven) {
   }
 }
 
-TEST(CompilerVm, GemvMatchesDotProducts) {
-  const vm::LoopTable& L = vm::loops();
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> d(-1, 1);
-  const int64_t m = 3, n = 37, k = 203;
-  std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
-      y(static_cast<size_t>(m * n));
-  for (auto& v : x) v = d(rng);
-  for (auto& v : w) v = d(rng);
-  std::vector<uint16_t> wb(w.size());
-  for (size_t i = 0; i < w.size(); ++i) wb[i] = kernels::bf16(w[i]).x;
-  for (DType t : {DType::Float32, DType::BFloat16}) {
-    const void* wp = t == DType::Float32 ? static_cast<const void*>(w.data())
-                                         : static_cast<const void*>(wb.data());
-    L.gemv_rows(x.data(), m, k, wp, t, k, k, y.data(), n, 0, n);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < n; ++j) {
-        double want = 0;
-        for (int64_t q = 0; q < k; ++q) {
-          const float wv = t == DType::Float32 ? w[static_cast<size_t>(j * k + q)]
-                                               : static_cast<float>(kernels::bf16::from_bits(
-                                                     wb[static_cast<size_t>(j * k + q)]));
-          want += static_cast<double>(x[static_cast<size_t>(r * k + q)]) * wv;
-        }
-        ASSERT_NEAR(y[static_cast<size_t>(r * n + j)], want, 1e-4) << kernels::dtype_name(t);
-      }
-  }
-}
 
 }  // namespace
 }  // namespace neuron::cc::test
