@@ -78,6 +78,21 @@ def cat_last(x, y):
     return torch.cat([x, y], -1)
 
 
+def decode_gemvs(x512, x2048, *weights):
+    """The 43 linears of one Lab 2 decode step (bf16, batch 1): weights streamed from DRAM."""
+    for w in weights:
+        F.linear(x2048 if w.shape[1] == 2048 else x512, w)
+
+
+def decode_weights(rand, quick: bool):
+    layers = 1 if quick else 6
+    ws = []
+    for _ in range(layers):
+        ws += [rand(512, 512) for _ in range(4)] + [rand(2048, 512), rand(2048, 512), rand(512, 2048)]
+    ws.append(rand(32000 if not quick else 4000, 512))
+    return [w.bfloat16() for w in ws]
+
+
 def row_sum(x):
     return x.sum(-1)
 
@@ -126,6 +141,8 @@ def cases(quick: bool):
         ("gemv", "bf16 linear batch 1, 4096->4096", on_device(F.linear, rand(1, 4096).bfloat16(), w_big)),
         ("gemv", "bf16 linear batch 16, 4096->4096 (tall-skinny)",
          on_device(F.linear, rand(16, 4096).bfloat16(), w_big)),
+        ("gemv", "Lab 2 decode step: 43 bf16 linears, 83 MB" if not quick else "decode step (1 layer)",
+         on_device(decode_gemvs, rand(1, 512).bfloat16(), rand(1, 2048).bfloat16(), *decode_weights(rand, quick))),
         ("softmax", f"softmax fp32 {rows}x4096 (last dim)", on_device(softmax_last, rand(rows, 4096))),
         ("rmsnorm", f"rms_norm fp32 {rows}x4096 with weight", on_device(rms_norm, rand(rows, 4096), rand(4096))),
         ("layernorm", f"layer_norm fp32 {rows}x4096 with weight",
