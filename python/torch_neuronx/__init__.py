@@ -7,7 +7,16 @@ registers the ``neuron`` device: ``tensor.to("neuron")``, ``torch.neuron.*``,
 
 from __future__ import annotations
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package did the work.
+
+    Defined before ``import torch``: when this package is imported first, ``import torch`` runs
+    the entry points and finds this (still initializing) module; the registration below runs as
+    soon as torch is imported."""
+
+
+import torch  # noqa: E402
 
 from . import _C
 from ._registration import register_device as _register_device
@@ -65,10 +74,6 @@ _install_dynamo_backend()
 def is_neuron_runtime_initialized() -> bool:
     """True once the emulated Neuron runtime has started in this process."""
     return bool(_C._is_initialized())
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package did the work."""
 
 
 __all__ = [

@@ -1,5 +1,6 @@
 """Lab 1 Step 1, line by line, in a fresh interpreter with only `import torch`."""
 
+import pytest
 import torch
 
 
@@ -52,6 +53,16 @@ def test_autoload_off_then_explicit_import(py):
         """,
         env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
     )
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "neuron:0"
+
+
+@pytest.mark.parametrize("first", ["import torch_neuronx", "import nki", "import nkilib",
+                                   "from torch_neuronx import nki_op"])
+def test_any_package_may_be_imported_first(py, first):
+    # `import torch` inside the package runs the torch.backends entry point, which finds this
+    # package half-initialized: that must not fail.
+    r = py(f"{first}\nimport torch\nprint(torch.zeros(2, device='neuron').device)")
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.strip().splitlines()[-1] == "neuron:0"
 
