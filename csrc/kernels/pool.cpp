@@ -58,7 +58,7 @@ AvgWindow avg_window(const Pool2dArgs& a, int64_t oh, int64_t ow, bool count_inc
   h1 = std::min(h1, a.H);
   w1 = std::min(w1, a.W);
   int64_t div;
-  if (divisor_override > 0)
+  if (divisor_override != 0)  // any nonzero value, negative ones too (like ATen)
     div = divisor_override;
   else if (count_include_pad)
     div = pool_size;

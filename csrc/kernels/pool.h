@@ -20,7 +20,7 @@ void max_pool2d_forward(const Pool2dArgs& a, const void* in, void* out, int64_t*
 void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_t* indices,
                          void* grad_in);
 
-// divisor_override <= 0: none.
+// divisor_override == 0: none (ATen rejects an explicit 0; negative divisors are allowed).
 void avg_pool2d_forward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,
                         const void* in, void* out);
 void avg_pool2d_backward(const Pool2dArgs& a, bool count_include_pad, int64_t divisor_override,

@@ -33,7 +33,9 @@ void linspace(const TensorRef& out, double start, double end) {
   const int64_t n = out.numel();
   const int64_t s = out.ndim ? out.strides[0] : 1;
   if (n == 0) return;
-  const int64_t half = n / 2;
+  // One step gives `start` (ATen fills it); otherwise the first half counts up from start and
+  // the second half down from end, like ATen's CPU kernel.
+  const int64_t half = n == 1 ? 1 : n / 2;
   dispatch_all(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     // The step type of ATen's CPU kernel: double for integers and fp64, float otherwise.

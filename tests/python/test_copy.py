@@ -142,3 +142,25 @@ def test_partial_overlap_copy_is_rejected():
     t = torch.arange(10.0).to("neuron")
     with pytest.raises(RuntimeError, match="single memory location"):
         t[1:].copy_(t[:-1])
+
+
+def test_copies_apply_conjugate_and_negative_bits():
+    # Lazy conj()/neg views on either side of a copy (these used to recurse until the stack
+    # overflowed: the Conjugate fallback clones, and clone copies).
+    x = torch.randn(5, dtype=torch.complex64)
+    n = x.to("neuron")
+    assert torch.equal(n.conj().cpu(), x.conj())
+    assert torch.equal(n.conj().clone().cpu(), x.conj().resolve_conj())
+    assert torch.equal(x.conj().to("neuron").cpu(), x.conj().resolve_conj())
+    d = torch.empty(5, dtype=torch.complex64, device="neuron")
+    d.conj().copy_(x)
+    assert torch.equal(d.cpu(), x.conj())
+    e = torch.empty(5, dtype=torch.complex64)
+    e.conj().copy_(n)
+    assert torch.equal(e, x.conj())
+    r = torch.randn(4)
+    assert torch.equal(r.to("neuron")._neg_view().cpu(), -r)
+    f = torch.empty(4, device="neuron")
+    f._neg_view().copy_(r)
+    assert torch.equal(f.cpu(), -r)
+    assert torch.equal(torch.fft.ifft(n).cpu(), torch.fft.ifft(x))

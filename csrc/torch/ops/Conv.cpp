@@ -5,8 +5,11 @@
 #include "kernels/conv.h"
 
 #include <ATen/Operators.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include "../OpTracker.h"
+#include "EwLaunch.h"
 #include "OpUtils.h"
 #include "kernels/pool.h"
 
@@ -102,6 +105,16 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                     bool transposed, c10::IntArrayRef output_padding,
                                     int64_t groups) {
+  if (!is_float_dtype(input.scalar_type())) {
+    // Integer convolutions (which CPU PyTorch supports) run on the host; CPU has no
+    // convolution_overrideable kernel, so call the generic op there.
+    record_fallback("aten::convolution_overrideable");
+    std::optional<at::Tensor> b;
+    if (bias.has_value() && bias->defined()) b = bias->cpu();
+    return at::convolution(input.cpu(), weight.cpu(), b, stride, padding, dilation, transposed,
+                           output_padding, groups)
+        .to(input.device());
+  }
   NEURON_TRACK_OP("aten::convolution_overrideable");
   const kernels::ConvArgs a =
       conv_args(input, weight, stride, padding, dilation, transposed, output_padding, groups);
@@ -269,6 +282,8 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool2d_out_impl(const at::Tensor& self,
 std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(
     const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  if (!is_float_dtype(self.scalar_type()))
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, at::_ops::max_pool2d_with_indices>::call(self, kernel, stride, padding, dilation, ceil_mode);
   NEURON_TRACK_OP("aten::max_pool2d_with_indices");
   at::Tensor out = at::empty({0}, self.options()),
              ind = at::empty({0}, self.options().dtype(at::kLong));
@@ -280,6 +295,8 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool2d_with_indices_out(
     const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode, at::Tensor& out,
     at::Tensor& indices) {
+  if (!is_float_dtype(self.scalar_type()))
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, at::_ops::max_pool2d_with_indices_out>::call(self, kernel, stride, padding, dilation, ceil_mode, out, indices);
   NEURON_TRACK_OP("aten::max_pool2d_with_indices.out");
   return max_pool2d_out_impl(self, kernel, stride, padding, dilation, ceil_mode, out, indices);
 }
@@ -355,6 +372,8 @@ at::Tensor& avg_pool2d_out_impl(const at::Tensor& self, c10::IntArrayRef kernel,
 at::Tensor avg_pool2d(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
                       c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
                       std::optional<int64_t> divisor_override) {
+  if (!is_float_dtype(self.scalar_type()))
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, at::_ops::avg_pool2d>::call(self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override);
   NEURON_TRACK_OP("aten::avg_pool2d");
   at::Tensor out = at::empty({0}, self.options());
   return avg_pool2d_out_impl(self, kernel, stride, padding, ceil_mode, count_include_pad,
@@ -364,6 +383,8 @@ at::Tensor avg_pool2d(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntA
 at::Tensor& avg_pool2d_out(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef stride,
                            c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
                            std::optional<int64_t> divisor_override, at::Tensor& out) {
+  if (!is_float_dtype(self.scalar_type()))
+    return at::native::call_fallback_fn<&neuron_cpu_fallback, at::_ops::avg_pool2d_out>::call(self, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override, out);
   NEURON_TRACK_OP("aten::avg_pool2d.out");
   return avg_pool2d_out_impl(self, kernel, stride, padding, ceil_mode, count_include_pad,
                              divisor_override, out);

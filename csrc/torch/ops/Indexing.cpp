@@ -93,6 +93,11 @@ void check_gather_shapes(const char* op, const at::Tensor& self, int64_t dim,
 
 at::Tensor& gather_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index_in,
                             at::Tensor& out) {
+  if (index_in.numel() == 0) {
+    // Like ATen: an empty index is not checked (dtype, rank); the result is empty.
+    prepare_out("gather", out, index_in.sizes(), self.scalar_type(), self.device());
+    return out;
+  }
   check_index("gather", index_in);
   const at::Tensor index = to_device(index_in, self.device());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
@@ -138,6 +143,7 @@ kernels::ScatterReduce parse_reduce(const char* op, c10::string_view reduce, boo
 void scatter_into(const char* name, at::Tensor& target, int64_t dim, const at::Tensor& index_in,
                   const at::Tensor* src, const c10::Scalar* value, kernels::ScatterReduce reduce,
                   bool include_self) {
+  if (index_in.numel() == 0) return;  // like ATen: nothing scattered, the index is not checked
   check_index("scatter", index_in);
   const at::Tensor index = to_device(index_in, target.device());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(target.dim(), 1));

@@ -9,6 +9,8 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <ATen/native/Copy.h>
+#include <ATen/native/DispatchStub.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -95,16 +97,50 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
+// `src` may carry the lazy conjugate / negative bits (views from x.conj(), x.neg()): copy its
+// stored values, then apply the bits to dst. (_copy_from is a fallthrough for the Conjugate
+// and Negative keys below; their generic fallback would clone, which copies, which recurses.)
+}  // namespace
+
+void copy_resolving_bits(const at::Tensor& dst_in, const at::Tensor& src_in, bool non_blocking) {
+  at::Tensor dst = dst_in, src = src_in;
+  // Writing v through a conjugate / negative view stores conj(v) / -v.
+  if (dst.is_conj()) {
+    dst = at::_conj(dst);
+    src = src.conj();
+  }
+  if (dst.is_neg()) {
+    dst = at::_neg_view(dst);
+    src = at::_neg_view(src);
+  }
+  const bool conj = src.is_conj(), neg = src.is_neg();
+  if (!conj && !neg) return copy_into(dst, src, non_blocking);
+  at::Tensor stored = src;
+  if (conj) stored = at::_conj(stored);  // the same memory with the bit cleared
+  if (neg) stored = at::_neg_view(stored);
+  copy_into(dst, stored, false);
+  if (conj && dst.is_complex()) {
+    if (dst.is_cpu()) {
+      dst.conj_physical_();
+    } else {  // conj_physical_ has no neuron kernel: negate the imaginary parts
+      at::view_as_real(dst).select(-1, 1).neg_();
+    }
+  }
+  if (neg) dst.neg_();
+}
+
+namespace {
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   NEURON_TRACK_OP("aten::_copy_from");
-  copy_into(dst, self, non_blocking);
+  copy_resolving_bits(dst, self, non_blocking);
   return dst;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   NEURON_TRACK_OP("aten::_copy_from_and_resize");
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
-  copy_into(dst, self, false);
+  copy_resolving_bits(dst, self, false);
   return dst;
 }
 
@@ -251,3 +287,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace neuron::torch_glue
+
+// ATen's copy_ sends a copy whose source and destination disagree on the conjugate / negative
+// bits through copy_stub of the neuron device (instead of _copy_from).
+namespace neuron::torch_glue {
+void neuron_copy_stub(at::TensorIterator& iter, bool non_blocking) {
+  copy_resolving_bits(iter.tensor(0), iter.tensor(1), non_blocking);
+}
+}  // namespace neuron::torch_glue
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(copy_stub, &neuron::torch_glue::neuron_copy_stub)
+}  // namespace at::native
+
+// The conjugate / negative bits of a copy's source are applied by copy_resolving_bits.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
