@@ -91,7 +91,7 @@ void sort(const TensorRef& values, const TensorRef& indices, const TensorRef& se
 }
 
 void topk(const TensorRef& values, const TensorRef& indices, const TensorRef& self, int dim,
-          int64_t k, bool largest) {
+          int64_t k, bool largest, bool sorted) {
   const int64_t n = self.ndim ? self.sizes[dim] : 1;
   if (k < 0 || k > n)
     throw std::invalid_argument("topk: k (" + std::to_string(k) +
@@ -109,24 +109,37 @@ void topk(const TensorRef& values, const TensorRef& indices, const TensorRef& se
       for_each_line<3>(
           {&in, &values, &indices}, dim, n,
           [&](std::array<char*, 3> p, const std::array<int64_t, 3>& s) {
-            thread_local std::vector<int64_t> order;
-            thread_local std::vector<K> keys;
-            order.resize(static_cast<size_t>(n));
-            keys.resize(static_cast<size_t>(n));
+            // ATen's CPU algorithm, step for step, so that ties come out in the same order:
+            // (value, index) pairs, partial_sort when k * 64 <= n, else nth_element and (when
+            // sorted) a sort of the first k - 1; NaN counts as the largest value.
+            using Elem = std::pair<K, int64_t>;
+            thread_local std::vector<Elem> queue;
+            queue.resize(static_cast<size_t>(n));
             const T* x = reinterpret_cast<const T*>(p[0]);
             for (int64_t i = 0; i < n; ++i)
-              keys[static_cast<size_t>(i)] = static_cast<K>(x[i * s[0]]);
-            std::iota(order.begin(), order.end(), int64_t{0});
-            auto cmp = [&](int64_t a, int64_t b) {
-              const K ka = keys[static_cast<size_t>(a)], kb = keys[static_cast<size_t>(b)];
-              if (before(ka, kb, largest)) return true;
-              if (before(kb, ka, largest)) return false;
-              return a < b;
+              queue[static_cast<size_t>(i)] = Elem(static_cast<K>(x[i * s[0]]), i);
+            auto greater = [](const Elem& a, const Elem& b) {
+              return (is_nan(a.first) && !is_nan(b.first)) || (a.first > b.first);
             };
-            std::partial_sort(order.begin(), order.begin() + k, order.end(), cmp);
+            auto less = [](const Elem& a, const Elem& b) {
+              return (!is_nan(a.first) && is_nan(b.first)) || (a.first < b.first);
+            };
+            auto select = [&](auto cmp) {
+              if (k * 64 <= n) {
+                std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), cmp);
+              } else {
+                std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), cmp);
+                if (sorted) std::sort(queue.begin(), queue.begin() + k - 1, cmp);
+              }
+            };
+            if (largest) {
+              select(greater);
+            } else {
+              select(less);
+            }
             T* v = reinterpret_cast<T*>(p[1]);
             for (int64_t i = 0; i < k; ++i) {
-              const int64_t o = order[static_cast<size_t>(i)];
+              const int64_t o = queue[static_cast<size_t>(i)].second;
               v[i * s[1]] = x[o * s[0]];
               store_index(p[2] + i * s[2] * static_cast<int64_t>(isz), indices.dtype, o);
             }

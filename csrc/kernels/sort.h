@@ -14,10 +14,11 @@ namespace neuron::kernels {
 void sort(const TensorRef& values, const TensorRef& indices, const TensorRef& self, int dim,
           bool descending);
 
-// values/indices: self's shape with k along dim. `largest` picks the k largest (else smallest);
-// the result is sorted best-first (ties by position), which also satisfies sorted=false.
+// values/indices: self's shape with k along dim. `largest` picks the k largest (else smallest),
+// best first when `sorted`. Ties come out exactly as from ATen's CPU kernel (same selection
+// algorithm), so neuron and CPU results are equal element for element.
 void topk(const TensorRef& values, const TensorRef& indices, const TensorRef& self, int dim,
-          int64_t k, bool largest);
+          int64_t k, bool largest, bool sorted = true);
 
 // out [rows, n] (int64): n category indices per row of probs [rows, C] (unnormalised, >= 0).
 // Random numbers come from a counter-based generator keyed by `seed`, with counters starting

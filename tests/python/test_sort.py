@@ -63,3 +63,23 @@ def test_multinomial():
     torch.multinomial(torch.tensor([0.0, -1.0], device=N), 1)
     with pytest.raises(RuntimeError, match="multinomial: probability tensor contains either `inf`, `nan` or element < 0"):
         torch.neuron.synchronize()
+
+
+@pytest.mark.parametrize("n", [5, 100, 3000])
+def test_topk_ties_and_nans_match_the_cpu_exactly(n):
+    # Same selection algorithm as ATen's CPU kernel (partial_sort for small k, else nth_element),
+    # so even the order of tied values and NaNs is the CPU's.
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(-5, 6, (4, n), generator=g).float()
+    x[0, ::7] = float("nan")
+    for k in (1, 3, 47):
+        if k > n:
+            continue
+        for largest in (True, False):
+            for sorted_ in (True, False):
+                want = torch.topk(x, k, largest=largest, sorted=sorted_)
+                got = torch.topk(x.to("neuron"), k, largest=largest, sorted=sorted_)
+                assert torch.equal(got.indices.cpu(), want.indices)
+                torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True, rtol=0, atol=0)
+    xi = torch.randint(-9, 10, (2, 12), generator=g)
+    assert torch.equal(torch.topk(xi.to("neuron"), 5, largest=False).indices.cpu(), torch.topk(xi, 5, largest=False).indices)

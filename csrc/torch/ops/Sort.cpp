@@ -86,7 +86,7 @@ std::tuple<at::Tensor&, at::Tensor&> sort_values(const at::Tensor& self, int64_t
 }
 
 std::tuple<at::Tensor&, at::Tensor&> topk_out_impl(const at::Tensor& self, int64_t k, int64_t dim,
-                                                   bool largest, at::Tensor& values,
+                                                   bool largest, bool sorted, at::Tensor& values,
                                                    at::Tensor& indices) {
   TORCH_CHECK(sortable(self.scalar_type()), "topk(): complex tensors are not supported");
   const int64_t d = wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
@@ -101,7 +101,7 @@ std::tuple<at::Tensor&, at::Tensor&> topk_out_impl(const at::Tensor& self, int64
   const TensorRef v = make_ref(values), i = make_ref(indices), s = make_ref(src);
   const int di = static_cast<int>(d);
   launch_on(self, "aten::topk",
-            [v, i, s, di, k, largest] { kernels::topk(v, i, s, di, k, largest); });
+            [v, i, s, di, k, largest, sorted] { kernels::topk(v, i, s, di, k, largest, sorted); });
   return {values, indices};
 }
 
@@ -110,7 +110,7 @@ std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, c10::SymInt k, i
   NEURON_TRACK_OP("aten::topk");
   at::Tensor v = at::empty({0}, self.options()),
              i = at::empty({0}, self.options().dtype(at::kLong));
-  topk_out_impl(self, k.expect_int(), dim, largest, v, i);
+  topk_out_impl(self, k.expect_int(), dim, largest, sorted, v, i);
   return {v, i};
 }
 
@@ -118,7 +118,7 @@ std::tuple<at::Tensor&, at::Tensor&> topk_values(const at::Tensor& self, c10::Sy
                                                  bool largest, bool sorted, at::Tensor& values,
                                                  at::Tensor& indices) {
   NEURON_TRACK_OP("aten::topk.values");
-  return topk_out_impl(self, k.expect_int(), dim, largest, values, indices);
+  return topk_out_impl(self, k.expect_int(), dim, largest, sorted, values, indices);
 }
 
 at::Tensor& multinomial_out_impl(const at::Tensor& self, int64_t n, bool replacement,
