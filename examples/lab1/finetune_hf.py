@@ -74,7 +74,7 @@ def main() -> None:
     p.add_argument("--model-path", default=os.environ.get("MODEL_PATH"))
     args = p.parse_args()
 
-    device = torch.device("neuron", int(os.environ.get("LOCAL_RANK", 0)))
+    device = torch.device("neuron", int(os.environ.get("LOCAL_RANK", "0")))
     torch.neuron.set_device(device)
     dist.init_process_group("neuron", device_id=device)
     rank, world = dist.get_rank(), dist.get_world_size()

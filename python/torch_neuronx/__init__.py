@@ -16,7 +16,7 @@ def _autoload() -> None:
     soon as torch is imported."""
 
 
-import torch  # noqa: E402
+import torch  # noqa: F401  (the device registration below needs it imported)
 
 from . import _C
 from ._registration import register_device as _register_device

@@ -28,7 +28,7 @@ def run_script(name, out_dir, steps, port):
 
 
 def losses(stdout):
-    return [float(m) for m in re.findall(r"^step=\d+/\d+ loss=([0-9.]+) tok/s=\d+ ms/step=[0-9.]+$", stdout, re.M)]
+    return [float(m) for m in re.findall(r"^step=\d+/\d+ loss=([0-9.]+) tok/s=\d+ ms/step=[0-9.]+$", stdout, re.MULTILINE)]
 
 
 def test_lora_finetune_script(tmp_path):

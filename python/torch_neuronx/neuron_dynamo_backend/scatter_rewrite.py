@@ -65,7 +65,7 @@ def rewrite_slice_index_put(gm: torch.fx.GraphModule) -> int:
             continue
         if len({_meta(i).dtype for i in tensors}) != 1:
             continue
-        first, n_adv, adjacent = _adv_layout(idx)
+        first, _, adjacent = _adv_layout(idx)
         if not adjacent:
             continue
         adv_shape = list(torch.broadcast_shapes(*[tuple(_meta(i).shape) for i in tensors]))
