@@ -62,7 +62,7 @@ std::vector<int> readers(const Graph& g, const UseInfo& uses, int v) {
   return r;
 }
 
-// A mutation whose value is a chain of scatters into the input, x -> s1 -> s2 -> ... -> sk
+// A mutation whose value is one scatter into the input, or a chain of them, x -> s1 -> ... -> sk
 // (each s_j = index_put/scatter/slice_scatter of s_{j-1}; a stacked KV cache updated layer by
 // layer), runs in place when every reader of each version runs before the scatter that makes
 // the next one: each scatter then writes the input buffer and every version lives there.
@@ -89,7 +89,6 @@ bool inplace_scatter_chain(const Graph& g, const UseInfo& uses, const Mutation& 
     chain.push_back(prod);
     v = base;
   }
-  if (chain.size() < 2) return false;  // one scatter: handled (or refused) by the caller
   const Location& last = p.loc[static_cast<size_t>(m.value)];
   if (last.set && last.space != Space::Output) return false;
   if (last.set) p.output_copy[static_cast<size_t>(last.index)] = m.value;
@@ -220,12 +219,8 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
         if (r != prod && r > prod) others_before = false;
       Location& l = p.loc[static_cast<size_t>(m.value)];
       const bool free_or_output = !l.set || l.space == Space::Output;
-      const bool scatter_like =
-          n.op == Op::index_put || n.op == Op::scatter || n.op == Op::slice_scatter;
-      if (scatter_like && n.inputs[0] == in_v && others_before && free_or_output) {
-        done = true;
-        p.inplace[static_cast<size_t>(prod)] = true;
-      } else if (n.op == Op::custom && n.attrs.has("inplace") && others_before && free_or_output) {
+      // (Scatters into the input, one or a chain of them: inplace_scatter_chain below.)
+      if (n.op == Op::custom && n.attrs.has("inplace") && others_before && free_or_output) {
         // A custom op that declares output j a new version of input k (an NKI op mutating
         // its argument) writes the input itself when it reads it through that input only.
         const std::vector<int64_t>& ip = n.attrs.ints("inplace");

@@ -79,31 +79,7 @@ NEURON_AVX2 void dot_tile_avx2(const float* a, int64_t m, int64_t k, const T* b,
 // m == 1 with bf16 weights (the decode-time x @ W^T): 16 weights per 256-bit load, widened to
 // fp32 in place - the even elements by a left shift, the odd ones by masking the low half - so no
 // cross-lane conversion is needed. `a` holds each full 16-block as its 8 even elements then its 8
-// odd ones (the tail k % 16 in order); two accumulators per column keep the FMA chains short.
-template <int C>
-NEURON_AVX2 void dot_bf16_m1_avx2(const float* a, const bf16* b, int64_t ldb, int64_t k, float* out) {
-  __m256 acc0[C], acc1[C];
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) acc0[c] = acc1[c] = _mm256_setzero_ps();
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  int64_t kk = 0;
-  for (; kk + 16 <= k; kk += 16) {
-    const __m256 ae = _mm256_loadu_ps(a + kk), ao = _mm256_loadu_ps(a + kk + 8);
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c * ldb + kk));
-      acc0[c] = _mm256_fmadd_ps(ae, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), acc0[c]);
-      acc1[c] = _mm256_fmadd_ps(ao, _mm256_castsi256_ps(_mm256_and_si256(w, hi)), acc1[c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) {
-    float s = avx2::hsum(_mm256_add_ps(acc0[c], acc1[c]));
-    for (int64_t t = kk; t < k; ++t) s += a[t] * static_cast<float>(b[c * ldb + t]);
-    out[c] = s;
-  }
-}
-
+// odd ones (the tail k % 16 in order).
 // One column (row of W) at a time, two 16-blocks per step: each thread reads W strictly
 // sequentially, which is what the hardware prefetchers stream best from DRAM.
 NEURON_AVX2 float dot_bf16_row_avx2(const float* a, const bf16* b, int64_t k) {
@@ -131,16 +107,10 @@ NEURON_AVX2 float dot_bf16_row_avx2(const float* a, const bf16* b, int64_t k) {
 
 NEURON_AVX2 void dot_tile_bf16_m1_avx2(const float* a, int64_t k, const bf16* b, int64_t ldb,
                                        int64_t ncols, float* out) {
-  if (ldb == k) {  // rows back to back: stream them in order
-    for (int64_t c = 0; c < ncols; ++c) out[c] = dot_bf16_row_avx2(a, b + c * ldb, k);
-    return;
-  }
-  int64_t c = 0;
-  for (; c + 4 <= ncols; c += 4) dot_bf16_m1_avx2<4>(a, b + c * ldb, ldb, k, out + c);
-  for (; c < ncols; ++c) dot_bf16_m1_avx2<1>(a, b + c * ldb, ldb, k, out + c);
+  for (int64_t c = 0; c < ncols; ++c) out[c] = dot_bf16_row_avx2(a, b + c * ldb, k);
 }
 
-// a[0, k) rearranged for dot_bf16_m1_avx2: each full 16-block as evens then odds.
+// a[0, k) rearranged for dot_bf16_row_avx2: each full 16-block as evens then odds.
 void split_even_odd16(const float* a, int64_t k, float* out) {
   int64_t kk = 0;
   for (; kk + 16 <= k; kk += 16)
@@ -256,7 +226,7 @@ void run(const GemmProblem& p, SimdLevel isa) {
       strided_to_f32(static_cast<const T*>(p.a) + bi * p.a_bs + i * p.a_rs, p.in_dtype, p.a_cs,
                      apack.data() + (bi * p.m + i) * p.k, p.k);
 
-  // Decode-time bf16 GEMV: the even/odd form of a (see dot_bf16_m1_avx2).
+  // Decode-time bf16 GEMV: the even/odd form of a (see dot_bf16_row_avx2).
   const bool bf16_m1 = std::is_same_v<T, bf16> && dot && p.m == 1 && isa == SimdLevel::Avx2;
   if (bf16_m1) {
     std::vector<float> split(apack.size());
