@@ -16,6 +16,9 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_SLOPPINESS := include_file_mtime,include_file_ctime,time_macros
 # Tests and examples always import this checkout's Python packages.
 RUN_ENV := PYTHONPATH=$(CURDIR)/python PATH=$(CURDIR)/$(VENV)/bin:$$PATH
+# Tests use caches private to this checkout (never the user's /tmp/neff_cache or ~/.cache).
+TEST_ENV := $(RUN_ENV) TORCH_NEURONX_NEFF_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache/neff \
+  NEURON_EMU_NKI_CACHE_DIR=$(CURDIR)/$(BUILD)/test-cache/nki
 
 APT_PKGS := cmake ninja-build ccache libgtest-dev g++
 
@@ -74,16 +77,16 @@ test: build
 	@echo "== C++ tests (ctest) =="
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	@echo "== Python tests (pytest) =="
-	$(RUN_ENV) $(VPY) -m pytest -q $(wildcard tests/python tests/workloads tests/conformance) -m "not slow"
+	$(TEST_ENV) $(VPY) -m pytest -q $(wildcard tests/python tests/workloads tests/conformance) -m "not slow"
 
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-python: build
-	$(RUN_ENV) $(VPY) -m pytest -q tests/python
+	$(TEST_ENV) $(VPY) -m pytest -q tests/python
 
 conformance: build
-	$(RUN_ENV) $(VPY) -m pytest -q tests/conformance --full-sweep
+	$(TEST_ENV) $(VPY) -m pytest -q tests/conformance --full-sweep
 
 clean:
 	rm -rf $(BUILD)
