@@ -169,9 +169,21 @@ class TracedKernel:
         self.programs = programs
         self.meta = meta
         self.deps = deps if deps is not None else _deps.Deps()
-        self.checked = False
+        self._checked = False  # a checked host run passed
+        self._device_check = None  # core().CheckState of checked device launches
         self.lock = threading.Lock()
         self._static_estimates = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether a run with the uninitialized-memory check passed (a failed or still-running
+        checked run does not count: the next call checks again)."""
+        return self._checked or (self._device_check is not None and self._device_check.passed)
+
+    def device_check_state(self):
+        if self._device_check is None:
+            self._device_check = core().CheckState()
+        return self._device_check
 
     def dump(self) -> str:
         """The instructions of every instance (only ISA instructions remain after tracing)."""
@@ -612,13 +624,19 @@ def _execute(
     want = _want_check(traced, check)
     if framework == "neuron" and not host:
         core().launch(
-            traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
+            traced.programs,
+            bindings,
+            int(device.index or 0),
+            traced.meta["name"],
+            want,
+            _max_iterations(),
+            traced.device_check_state() if want else None,
         )
-        traced.checked = traced.checked or want
         run.finish()
         return run.outputs(traced)
     traces = core().run(traced.programs, bindings, want, record, _max_iterations())
-    traced.checked = traced.checked or want
+    if want:
+        traced._checked = True
     run.finish()
     outs = run.outputs(traced)
     if record:
