@@ -82,6 +82,13 @@ struct Trace {
   int64_t instructions = 0;
 };
 
+// Set by a launched task when a checked run of its programs finished without error: a program
+// counts as validated only then (a failed or still-queued checked run keeps the next call
+// checking). Written by the stream worker, read by the caller.
+struct CheckState {
+  std::atomic<bool> passed{false};
+};
+
 // Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
 std::vector<std::shared_ptr<Trace>> run_all(const std::vector<std::shared_ptr<Program>>& progs,
                                             const std::vector<std::vector<PyBinding>>& binds,
@@ -331,22 +338,30 @@ void register_nki(py::module_& parent) {
       py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
       py::arg("max_iterations") = int64_t{1} << 31);
 
+  py::class_<CheckState, std::shared_ptr<CheckState>>(m, "CheckState")
+      .def(py::init<>())
+      .def_property_readonly("passed", [](const CheckState& s) { return s.passed.load(); });
+
   // Asynchronous execution on device memory: one task on the current stream of `device`.
+  // `check_state` (optional) is marked passed when a checked run completes without error.
   m.def(
       "launch",
       [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, int device,
-         const std::string& name, bool check, int64_t max_iters) {
+         const std::string& name, bool check, int64_t max_iters,
+         std::shared_ptr<CheckState> check_state) {
         auto binds = to_bindings(bindings);
         if (binds.size() != progs.size())
           throw std::invalid_argument("nki: one binding list per program");
         rt::Runtime::get().device(device);  // validates the index
         rt::Stream& stream = rt::current_stream(device);
-        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters] {
+        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters, check_state] {
           run_all(progs, binds, check, false, max_iters);
+          if (check && check_state) check_state->passed.store(true);
         });
       },
       py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
-      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31);
+      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31,
+      py::arg("check_state") = nullptr);
 }
 
 }  // namespace neuron::torch_glue

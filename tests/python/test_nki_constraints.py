@@ -437,6 +437,33 @@ def test_uninitialized_read_on_device_surfaces_at_synchronize():
         torch.neuron.synchronize()
 
 
+def test_failed_checked_run_on_device_keeps_checking():
+    # A program whose checked run failed was never validated: every later call checks again
+    # (the numpy path already did; on neuron tensors calls 2 and 3 returned zeros silently).
+    reads_garbage.cache_clear()
+    x = torch.zeros(128, 64, device="neuron")
+    for _ in range(3):
+        reads_garbage(x)
+        with pytest.raises(RuntimeError, match="uninitialized SBUF/PSUM memory"):
+            torch.neuron.synchronize()
+    assert not reads_garbage.specialize(x).checked
+
+
+def test_passed_checked_run_on_device_validates_the_program():
+    @nki.jit
+    def copies(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    x = torch.ones(128, 64, device="neuron")
+    traced = copies.specialize(x)
+    copies(x)
+    torch.neuron.synchronize()
+    assert traced.checked
+    assert torch.equal(copies(x).cpu(), torch.ones(128, 64))
+
+
 def test_uninitialized_psum_accumulation_is_reported():
     @nki.jit
     def k(x):
