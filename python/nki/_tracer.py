@@ -229,8 +229,23 @@ def api(name: str):
         tr.api = outer
 
 
+@contextlib.contextmanager
+def suppressed():
+    """Inside the block, instructions are not emitted (tensors are still allocated): an old-style
+    call masked off by a compile-time False mask, or the allocation pass of a masked call."""
+    tr = current()
+    prev = getattr(tr, "suppress", False)
+    tr.suppress = True
+    try:
+        yield
+    finally:
+        tr.suppress = prev
+
+
 def emit(op: str, engine: str, aps, ints=(), floats=(), api_name: str | None = None) -> None:
     tr = current()
+    if getattr(tr, "suppress", False):
+        return
     name = api_name or tr.api
     api_idx = tr.program.intern(name) if name else -1
     tr.program.add(
