@@ -308,7 +308,7 @@ class NkiTensor:
     with an int and cannot be moved by view operations.
     """
 
-    __slots__ = ("_b", "_base", "_bounds", "_nblock", "_offset", "_reg", "_steps", "dtype", "shape")
+    __slots__ = ("_b", "_base", "_bounds", "_mask", "_nblock", "_offset", "_reg", "_steps", "dtype", "shape")
 
     def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False, nblock=0):
         self._b = b
@@ -324,6 +324,9 @@ class NkiTensor:
         # Index-grid dimensions that exceed the tensor unless a mask restricts them:
         # [(expr, dim_size, dim)], checked by _apply_mask / when the view is used.
         self._bounds = None
+        # The index-grid mask of the old-style call that produced this tile (only the masked
+        # elements were written): assigning or storing the tile copies only those.
+        self._mask = None
 
     # -- properties --------------------------------------------------------------------------
     @property

@@ -248,7 +248,10 @@ def _masked(fn, kw: dict, mask, tensors):
         return ret if ret is not None else NkiInstruction(_tracer.current().program.size() - 1)
     kw.update(zip(names, r))
     res = fn(**kw)
-    return ret if ret is not None else res
+    if ret is not None:
+        ret._mask = mask
+        return ret
+    return res
 
 
 # ---------------------------------------------------------------------------------------------

@@ -745,6 +745,8 @@ def store(dst: NkiTensor, value, mask=None, **kwargs) -> None:
             and not value.on_chip
         ):
             value = value.squeeze_dim(-1)
+        if mask is None and value._mask is not None and value.shape == dst.shape:
+            mask = value._mask  # a masked old-style result: store what was written
         r = _apply_mask(mask, dst, value)
         if r is None:
             return
@@ -780,6 +782,11 @@ def _assign(dst: NkiTensor, value) -> None:
         return
     if value is dst:
         return
+    if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
+        r = _apply_mask(value._mask, dst, value)
+        if r is None:
+            return
+        dst, value = r
     if dst.on_chip:
         v = value if value.shape == dst.shape or value.size != dst.size else value.reshape(dst.shape)
         if v.on_chip:
