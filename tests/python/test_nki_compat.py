@@ -236,15 +236,30 @@ def test_par_dim_blocks_are_separate_tiles():
     np.testing.assert_allclose(got, (xb + xb[::-1]).reshape(512, 64), rtol=1e-6)
 
 
-def test_par_dim_tensor_is_not_a_512_partition_tile():
+def test_instructions_on_block_tensors_run_once_per_block():
     @nki.jit
-    def whole(x):
-        t = nl.ndarray((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=t, value=0.0)  # one instruction cannot cover four tiles
+    def fill(x):
+        t = nl.zeros((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)  # four memsets
+        u = nl.ndarray((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=nl.load(x))  # per block, x reused
+        out = nl.ndarray((4, 128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            nl.store(out[i], value=u[i])
+        return out
+
+    x = _rand(128, 1)
+    np.testing.assert_array_equal(fill(x), np.broadcast_to(x, (4, 128, 16)))
+    assert fill.specialize(x).dump().count("nki.isa.memset") == 4
+
+    @nki.jit
+    def mismatched(x):
+        t = nl.zeros((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((2, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=u, src=t)
         return x
 
-    with pytest.raises(ValueError, match="block dimension"):
-        whole(_rand(128, 16))
+    with pytest.raises(ValueError, match="different block dimensions"):
+        mismatched(x)
 
 
 def test_par_dim_tensors_count_against_sbuf_per_partition():
