@@ -301,6 +301,27 @@ mgrid = _MGrid()
 # ---------------------------------------------------------------------------------------------
 
 
+_AP_MAX_DIMS = 6  # dimensions of one hardware access pattern
+
+
+def _coalesce(shape, steps) -> tuple:
+    """The same elements in the same order with fewer dimensions: size-1 free dimensions are
+    dropped and free dimensions that are contiguous with each other merged (the partition
+    dimension stays first). Lets views with more than 6 dimensions reach the hardware access
+    pattern when their memory layout needs fewer."""
+    out_n, out_s = [shape[0]], [steps[0]]
+    for n, st in zip(shape[1:], steps[1:]):
+        if n == 1:
+            continue
+        if len(out_n) > 1 and out_s[-1] == st * n:
+            out_n[-1] *= n
+            out_s[-1] = st
+        else:
+            out_n.append(n)
+            out_s.append(st)
+    return tuple(out_n), tuple(out_s)
+
+
 class NkiTensor:
     """A tensor value while an NKI kernel is traced: a view of an allocated tensor.
 
@@ -388,6 +409,8 @@ class NkiTensor:
                 "(restrict it with mask=...)"
             )
         shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
+        if len(shape) > _AP_MAX_DIMS:
+            shape, steps = _coalesce(shape, steps)
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
         return (self._b.id, self.dtype.code, self._offset, steps, shape, reg, scale)
 

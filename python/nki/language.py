@@ -687,6 +687,19 @@ def _reduce(name: str, alu: str, x: NkiTensor, axis, dtype=None, keepdims=False,
         if alu in ("logical_and",):
             res_dt = bool_
         dst = ndarray(_tile_shape(out_shape), res_dt, sbuf)
+        trailing = tuple(builtins.range(x.ndim - len(axes), x.ndim))
+        if axes and 0 not in axes and axes != trailing:
+            # The Vector Engine reduces the innermost free axes: view the data (and a keepdims
+            # result) with the reduced axes moved last; views are free access patterns.
+            kept = [d for d in builtins.range(1, x.ndim) if d not in axes]
+            perm = [0] + kept + list(axes)
+            dv = dst.reshape(out_shape) if dst.shape != out_shape else dst
+            if keepdims:
+                dv = dv.permute(perm)
+            nisa.tensor_reduce(
+                dst=dv, op=getattr(nisa_ops, alu), data=x.permute(perm), axis=trailing, keepdims=keepdims
+            )
+            return dst
         nisa.tensor_reduce(dst=dst, op=getattr(nisa_ops, alu), data=x, axis=axes, keepdims=keepdims)
         return dst
 

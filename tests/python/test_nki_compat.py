@@ -352,3 +352,48 @@ def test_platform_target_selects_the_generation():
 
     x = _rand(4, 4)
     sbuf_bytes(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions over non-trailing axes, access patterns with more than 6 dimensions
+
+
+def test_reductions_over_non_trailing_axes():
+    @nki.jit
+    def reds(x):
+        t = nl.load(x)  # [128, 2, 3, 4, 5]
+        s = nl.sum(t, axis=[2, 4])  # -> [128, 2, 4]
+        m = nl.max(t, axis=[1, 3], keepdims=True)  # -> [128, 1, 3, 1, 5]
+        o1 = nl.ndarray((128, 2, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((128, 1, 3, 1, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(o1, value=s)
+        nl.store(o2, value=m)
+        return o1, o2
+
+    x = _rand(128, 2, 3, 4, 5)
+    s, m = reds(x)
+    np.testing.assert_allclose(s, x.sum(axis=(2, 4)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m, x.max(axis=(1, 3), keepdims=True))
+
+
+def test_views_with_more_than_six_dimensions():
+    @nki.jit
+    def seven_d(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 2, 2, 2, 2, 2, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)  # 7-D on both sides, contiguous: one 2-D pattern each
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(128, 2, 2, 2, 2, 2, 4)
+    np.testing.assert_array_equal(seven_d(x), x)
+
+    @nki.jit
+    def seven_strided(x):
+        # every other element of the innermost axis: a strided 7-D view (its steps still merge)
+        out = nl.ndarray((128, 2, 2, 2, 2, 2, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x[:, :, :, :, :, :, 0:4:2])
+        nl.store(out, value=t)
+        return out
+
+    np.testing.assert_array_equal(seven_strided(x), x[..., 0:4:2])
