@@ -112,6 +112,9 @@ def _freeze(v):
         return (type(v).__name__, tuple(_freeze(x) for x in v))
     if isinstance(v, dict):
         return ("dict", tuple(sorted((str(k), _freeze(x)) for k, x in v.items())))
+    state = getattr(v, "_nki_state", None)
+    if state is not None and callable(state):  # nl.NKIObject: keyed by its field values
+        return ("nkiobj", type(v).__module__, type(v).__qualname__, _freeze(state()))
     if _is_tensor(v):
         return _tensor_spec(v)
     t = _torch()
@@ -286,7 +289,7 @@ class Kernel:
         _map_tensors(tuple(bound.arguments.values()), lambda t: tensors.append(t) or t)
         framework, device = _framework(tensors)
         spec = tuple((name, _freeze(v)) for name, v in bound.arguments.items())
-        tgt = target()
+        tgt = target(self.options.get("platform_target"))
         key = (self.grid, spec, tuple(sorted((k, v) for k, v in tgt.items() if not isinstance(v, dict))))
         shared = self._shared
         stats = shared["stats"]
@@ -644,18 +647,31 @@ def _execute(
     return outs
 
 
+# Options of the real compiler that change nothing in the emulator's results (debug output,
+# compiler flags, scheduling); accepted so real code runs, logged once when set.
+_IGNORED_OPTIONS = ("debug_kernel", "show_compiler_tb", "experimental_flags", "additional_compile_opt",
+                    "save_neff_name", "save_trace_name", "artifacts_dir", "enable_out_of_bound_check")
+_warned_options: set = set()
+
+
 def jit(func=None, *, mode: str = "auto", platform_target=None, **options):
-    """Decorates an NKI kernel. Options of the real compiler (mode, debug_kernel,
-    show_compiler_tb, experimental_flags, ...) are accepted and ignored; the target comes from
-    NEURON_PLATFORM_TARGET_OVERRIDE or the instance profile."""
+    """Decorates an NKI kernel. ``platform_target="trn1"|"trn2"|"trn3"`` traces it for that
+    NeuronCore generation (default: NEURON_PLATFORM_TARGET_OVERRIDE, else the instance profile).
+    ``mode`` is the framework, which the emulator detects from the arguments; the debugging and
+    compiler options of the real stack (debug_kernel, show_compiler_tb, experimental_flags, ...)
+    do not change results and are accepted (noted once in the log)."""
     if platform_target is not None:
-        raise ValueError(
-            "nki.jit(platform_target=...) is not supported; set NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3"
-        )
+        target(str(platform_target))  # validates the name now, not at the first call
+        platform_target = str(platform_target)
+    for k in options:
+        if k not in _warned_options:
+            _warned_options.add(k)
+            log.info("nki.jit(%s=...) has no effect on neuron-emu (%s)", k,
+                     "debug/compiler option" if k in _IGNORED_OPTIONS else "unknown option")
 
     def wrap(f):
         if isinstance(f, Kernel):
             return f
-        return Kernel(f, (), dict(options, mode=mode))
+        return Kernel(f, (), dict(options, mode=mode, platform_target=platform_target))
 
     return wrap(func) if func is not None else wrap
