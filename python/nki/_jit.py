@@ -443,17 +443,16 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
                 "nl.shared_hbm"
             )
-        if (
-            t.offset != 0
-            or t.shape != tuple(info["shape"])
-            or not t.is_contiguous()
-            or t.dtype != info["dtype"]
-        ):
-            raise TypeError(f"{name}: return the tensor '{t.name}' itself, not a view of it")
+        if t.offset != 0 or not t.is_contiguous() or t.dtype != info["dtype"] or t.size != math.prod(info["shape"]):
+            raise TypeError(
+                f"{name}: returned a partial or reinterpreted view {t.shape} of '{t.name}' {tuple(info['shape'])}; "
+                "return the tensor itself or a reshape of all of it"
+            )
+        view = [] if t.shape == tuple(info["shape"]) else [list(t.shape)]  # a reshaped output
         if info["kind"] == "in":
-            return ["in", info["arg"]]
+            return ["in", info["arg"], *view]
         idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
-        return ["shared", idx]
+        return ["shared", idx, *view]
 
     if ret is None:
         return {"type": "none"}
@@ -563,17 +562,23 @@ class _Run:
                 orig[...] = c
 
     def outputs(self, traced: TracedKernel):
-        spec = traced.meta["output"]
+        return resolve_outputs(traced.meta["output"], self.originals, self.shared)
 
-        def get(r):
-            return self.originals[r[1]] if r[0] == "in" else self.shared[r[1]]
 
-        if spec["type"] == "none":
-            return None
-        if spec["type"] == "single":
-            return get(spec["ref"])
-        vals = [get(r) for r in spec["refs"]]
-        return tuple(vals) if spec["type"] == "tuple" else vals
+def resolve_outputs(spec: dict, inputs: list, shared: list):
+    """A kernel's return value from its traced output structure: input (in-place) and shared
+    HBM tensors, reshaped where the kernel returned a reshape of one."""
+
+    def get(r):
+        t = inputs[r[1]] if r[0] == "in" else shared[r[1]]
+        return t.reshape(tuple(r[2])) if len(r) > 2 else t
+
+    if spec["type"] == "none":
+        return None
+    if spec["type"] == "single":
+        return get(spec["ref"])
+    vals = [get(r) for r in spec["refs"]]
+    return tuple(vals) if spec["type"] == "tuple" else vals
 
 
 def _fake_outputs(traced: TracedKernel, tensors: list, device):
@@ -584,17 +589,7 @@ def _fake_outputs(traced: TracedKernel, tensors: list, device):
         torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device)
         for s in meta["shared"]
     ]
-    spec = meta["output"]
-
-    def get(r):
-        return tensors[r[1]] if r[0] == "in" else shared[r[1]]
-
-    if spec["type"] == "none":
-        return None
-    if spec["type"] == "single":
-        return get(spec["ref"])
-    vals = [get(r) for r in spec["refs"]]
-    return tuple(vals) if spec["type"] == "tuple" else vals
+    return resolve_outputs(meta["output"], tensors, shared)
 
 
 def _want_check(traced: TracedKernel, force: bool | None) -> bool:

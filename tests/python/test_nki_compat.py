@@ -397,3 +397,25 @@ def test_views_with_more_than_six_dimensions():
         return out
 
     np.testing.assert_array_equal(seven_strided(x), x[..., 0:4:2])
+
+
+def test_kernel_returns_a_reshaped_hbm_output():
+    @nki.jit
+    def flat_out(x):
+        out = nl.ndarray((x.shape[0] * x.shape[1],), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out.reshape(x.shape), value=nl.exp(nl.load(x)))
+        return out.reshape(x.shape)
+
+    x = _rand(128, 8)
+    got = flat_out(x)
+    assert got.shape == (128, 8)
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+    @nki.jit
+    def partial(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out[0:64]
+
+    with pytest.raises(TypeError, match="partial or reinterpreted view"):
+        partial(x)
