@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <thread>
 
 #include "Watchdog.h"
 #include "runtime/error.h"
@@ -50,29 +51,77 @@ GlooLink::GlooLink(c10::intrusive_ptr<c10d::Backend> gloo, std::vector<int> memb
 }
 
 void GlooLink::run(const c10::intrusive_ptr<c10d::Work>& work, std::vector<at::Tensor> keep, const std::string& what) {
-  auto signal = std::make_shared<Signal>();
-  work->getFuture()->addCallback([signal](c10::ivalue::Future&) {
-    std::lock_guard<std::mutex> lock(signal->mu);
-    signal->done = true;
-    signal->cv.notify_all();
-  });
-  {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();
+  } catch (const std::exception&) {
+    // Gloo's send/recv work has no future: wait for it blocking, and abort it if the group fails.
+  }
+  bool abandoned = false;
+  std::exception_ptr error;
+  if (future) {
+    auto signal = std::make_shared<Signal>();
+    future->addCallback([signal](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(signal->mu);
+      signal->done = true;
+      signal->cv.notify_all();
+    });
     std::unique_lock<std::mutex> lock(signal->mu);
     while (!signal->cv.wait_for(lock, kPoll, [&] { return signal->done; })) {
       lock.unlock();
-      const std::string f = failure_();
-      if (!f.empty()) {
-        // Gloo still owns the buffers of the operation: keep them alive for as long as it may.
-        std::lock_guard<std::mutex> g(abandoned_mu_);
-        abandoned_.emplace_back(work, std::move(keep));
-        throw rt::Error(f);
-      }
+      abandoned = !failure_().empty();
       lock.lock();
+      if (abandoned) break;
     }
+    if (!abandoned) {
+      try {
+        work->wait();
+      } catch (const std::exception&) {
+        error = std::current_exception();
+      }
+    }
+  } else {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false, aborted = false;
+    std::thread canceller([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!cv.wait_for(lock, kPoll, [&] { return done; })) {
+        lock.unlock();
+        const bool failed = !failure_().empty();
+        lock.lock();
+        if (failed) {
+          aborted = true;
+          work->abort();
+          return;
+        }
+      }
+    });
+    try {
+      work->wait();
+    } catch (const std::exception&) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    canceller.join();
+    abandoned = aborted;
   }
+  if (abandoned) {
+    // Gloo may still own the buffers of the operation: keep them alive for as long as it may.
+    std::lock_guard<std::mutex> g(abandoned_mu_);
+    abandoned_.emplace_back(work, std::move(keep));
+    throw rt::Error(failure_());
+  }
+  if (!error) return;
   try {
-    work->wait();
+    std::rethrow_exception(error);
   } catch (const std::exception& e) {
+    const std::string f = failure_();
+    if (!f.empty()) throw rt::Error(f);  // the group failed first: that is the cause
     std::string gone;
     if (watchdog_) {
       std::vector<int> peers;
