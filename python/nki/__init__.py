@@ -27,9 +27,10 @@ if _cache.enabled():
         stacklevel=2,
     )
 
-from . import isa, language, typing
+from . import compiler, dtype, isa, language, tensor, typing
 from ._errors import NkiValidationError
 from ._jit import Kernel, TracedKernel, jit
+from ._legacy import baremetal, cpu_simulate, simulate_kernel
 from ._profile import (
     BenchmarkResult,
     KernelEstimate,
@@ -47,12 +48,18 @@ __all__ = [
     "NkiValidationError",
     "ProfileResult",
     "TracedKernel",
+    "baremetal",
     "benchmark",
+    "compiler",
+    "cpu_simulate",
+    "dtype",
     "estimate",
     "isa",
     "jit",
     "language",
     "profile",
     "simulate",
+    "simulate_kernel",
+    "tensor",
     "typing",
 ]

@@ -112,6 +112,9 @@ def _freeze(v):
         return (type(v).__name__, tuple(_freeze(x) for x in v))
     if isinstance(v, dict):
         return ("dict", tuple(sorted((str(k), _freeze(x)) for k, x in v.items())))
+    state = getattr(v, "_nki_state", None)
+    if state is not None and callable(state):  # nl.NKIObject: keyed by its field values
+        return ("nkiobj", type(v).__module__, type(v).__qualname__, _freeze(state()))
     if _is_tensor(v):
         return _tensor_spec(v)
     t = _torch()
@@ -286,7 +289,7 @@ class Kernel:
         _map_tensors(tuple(bound.arguments.values()), lambda t: tensors.append(t) or t)
         framework, device = _framework(tensors)
         spec = tuple((name, _freeze(v)) for name, v in bound.arguments.items())
-        tgt = target()
+        tgt = target(self.options.get("platform_target"))
         key = (self.grid, spec, tuple(sorted((k, v) for k, v in tgt.items() if not isinstance(v, dict))))
         shared = self._shared
         stats = shared["stats"]
@@ -440,17 +443,16 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
                 "nl.shared_hbm"
             )
-        if (
-            t.offset != 0
-            or t.shape != tuple(info["shape"])
-            or not t.is_contiguous()
-            or t.dtype != info["dtype"]
-        ):
-            raise TypeError(f"{name}: return the tensor '{t.name}' itself, not a view of it")
+        if t.offset != 0 or not t.is_contiguous() or t.dtype != info["dtype"] or t.size != math.prod(info["shape"]):
+            raise TypeError(
+                f"{name}: returned a partial or reinterpreted view {t.shape} of '{t.name}' {tuple(info['shape'])}; "
+                "return the tensor itself or a reshape of all of it"
+            )
+        view = [] if t.shape == tuple(info["shape"]) else [list(t.shape)]  # a reshaped output
         if info["kind"] == "in":
-            return ["in", info["arg"]]
+            return ["in", info["arg"], *view]
         idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
-        return ["shared", idx]
+        return ["shared", idx, *view]
 
     if ret is None:
         return {"type": "none"}
@@ -553,17 +555,23 @@ class _Run:
                 orig[...] = c
 
     def outputs(self, traced: TracedKernel):
-        spec = traced.meta["output"]
+        return resolve_outputs(traced.meta["output"], self.originals, self.shared)
 
-        def get(r):
-            return self.originals[r[1]] if r[0] == "in" else self.shared[r[1]]
 
-        if spec["type"] == "none":
-            return None
-        if spec["type"] == "single":
-            return get(spec["ref"])
-        vals = [get(r) for r in spec["refs"]]
-        return tuple(vals) if spec["type"] == "tuple" else vals
+def resolve_outputs(spec: dict, inputs: list, shared: list):
+    """A kernel's return value from its traced output structure: input (in-place) and shared
+    HBM tensors, reshaped where the kernel returned a reshape of one."""
+
+    def get(r):
+        t = inputs[r[1]] if r[0] == "in" else shared[r[1]]
+        return t.reshape(tuple(r[2])) if len(r) > 2 else t
+
+    if spec["type"] == "none":
+        return None
+    if spec["type"] == "single":
+        return get(spec["ref"])
+    vals = [get(r) for r in spec["refs"]]
+    return tuple(vals) if spec["type"] == "tuple" else vals
 
 
 def _fake_outputs(traced: TracedKernel, tensors: list, device):
@@ -574,17 +582,7 @@ def _fake_outputs(traced: TracedKernel, tensors: list, device):
         torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device)
         for s in meta["shared"]
     ]
-    spec = meta["output"]
-
-    def get(r):
-        return tensors[r[1]] if r[0] == "in" else shared[r[1]]
-
-    if spec["type"] == "none":
-        return None
-    if spec["type"] == "single":
-        return get(spec["ref"])
-    vals = [get(r) for r in spec["refs"]]
-    return tuple(vals) if spec["type"] == "tuple" else vals
+    return resolve_outputs(meta["output"], tensors, shared)
 
 
 def _want_check(traced: TracedKernel, force: bool | None) -> bool:
@@ -637,18 +635,31 @@ def _execute(
     return outs
 
 
+# Options of the real compiler that change nothing in the emulator's results (debug output,
+# compiler flags, scheduling); accepted so real code runs, logged once when set.
+_IGNORED_OPTIONS = ("debug_kernel", "show_compiler_tb", "experimental_flags", "additional_compile_opt",
+                    "save_neff_name", "save_trace_name", "artifacts_dir", "enable_out_of_bound_check")
+_warned_options: set = set()
+
+
 def jit(func=None, *, mode: str = "auto", platform_target=None, **options):
-    """Decorates an NKI kernel. Options of the real compiler (mode, debug_kernel,
-    show_compiler_tb, experimental_flags, ...) are accepted and ignored; the target comes from
-    NEURON_PLATFORM_TARGET_OVERRIDE or the instance profile."""
+    """Decorates an NKI kernel. ``platform_target="trn1"|"trn2"|"trn3"`` traces it for that
+    NeuronCore generation (default: NEURON_PLATFORM_TARGET_OVERRIDE, else the instance profile).
+    ``mode`` is the framework, which the emulator detects from the arguments; the debugging and
+    compiler options of the real stack (debug_kernel, show_compiler_tb, experimental_flags, ...)
+    do not change results and are accepted (noted once in the log)."""
     if platform_target is not None:
-        raise ValueError(
-            "nki.jit(platform_target=...) is not supported; set NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3"
-        )
+        target(str(platform_target))  # validates the name now, not at the first call
+        platform_target = str(platform_target)
+    for k in options:
+        if k not in _warned_options:
+            _warned_options.add(k)
+            log.info("nki.jit(%s=...) has no effect on neuron-emu (%s)", k,
+                     "debug/compiler option" if k in _IGNORED_OPTIONS else "unknown option")
 
     def wrap(f):
         if isinstance(f, Kernel):
             return f
-        return Kernel(f, (), dict(options, mode=mode))
+        return Kernel(f, (), dict(options, mode=mode, platform_target=platform_target))
 
     return wrap(func) if func is not None else wrap

@@ -329,8 +329,27 @@ def api(name: str):
         tr.api = outer
 
 
+@contextlib.contextmanager
+def suppressed():
+    """Inside the block, instructions are not emitted (tensors are still allocated): an old-style
+    call masked off by a compile-time False mask, or the allocation pass of a masked call."""
+    tr = current()
+    prev = getattr(tr, "suppress", False)
+    tr.suppress = True
+    try:
+        yield
+    finally:
+        tr.suppress = prev
+
+
 def emit(op: str, engine: str, aps, ints=(), floats=(), api_name: str | None = None) -> None:
     tr = current()
+    if getattr(tr, "suppress", False):
+        return
+    blocked = [a for a in aps if a is not None and getattr(a, "_nblock", 0)]
+    if blocked:
+        _emit_per_block(op, engine, aps, ints, floats, api_name, blocked)
+        return
     tr.emitted += 1
     if tr.emitted > tr.max_instructions:
         _too_many_instructions(tr)
@@ -345,3 +364,19 @@ def emit(op: str, engine: str, aps, ints=(), floats=(), api_name: str | None = N
         tr.loc(),
         api_idx,
     )
+
+
+def _emit_per_block(op, engine, aps, ints, floats, api_name, blocked) -> None:
+    """An instruction on tensors with nl.par_dim block dimensions runs once per block (each
+    block is a separate tile); operands without blocks are reused by every block."""
+    import itertools
+
+    shape = blocked[0].shape[: blocked[0]._nblock]
+    for a in blocked:
+        if a.shape[: a._nblock] != shape:
+            raise ValueError(
+                f"operands with different block dimensions (nl.par_dim): {shape} and {a.shape[: a._nblock]}"
+            )
+    for idx in itertools.product(*[range(n) for n in shape]):
+        emit(op, engine, [a[idx] if a is not None and getattr(a, "_nblock", 0) else a for a in aps],
+             ints, floats, api_name)

@@ -6,6 +6,8 @@ csrc/nki/program.cpp); a violation raises NkiValidationError at the kernel line.
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 
 from . import _dtypes as _dt
 from . import _tracer
@@ -183,6 +185,75 @@ def _psum_accumulate(dst: NkiTensor) -> bool:
     return hit
 
 
+def _old_style(*old_params, tensors=()):
+    """Accepts the older calling convention of an instruction as well: no ``dst``, positional
+    operands in the old order (``tensor_copy(x)``, ``tensor_tensor(a, b, op)``,
+    ``activation(nl.exp, x)``), a new tile returned; and the old ``mask=`` (a compile-time bool,
+    or an index-grid predicate restricting the operands that have the output's shape).
+    `tensors` names the operand parameters that must be tensors in the new convention."""
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        def is_old(args, kwargs) -> bool:
+            if not args or "dst" in kwargs:
+                return False
+            if not isinstance(args[0], NkiTensor):
+                return True
+            try:
+                bound = sig.bind_partial(*args, **kwargs).arguments
+            except TypeError:
+                return True
+            return any(not isinstance(bound.get(t), NkiTensor) for t in tensors)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            mask = kwargs.pop("mask", None)
+            if is_old(args, kwargs):
+                if len(args) > len(old_params):
+                    raise TypeError(f"nki.isa.{fn.__name__}: too many positional arguments for the old-style call")
+                for name, v in zip(old_params, args):
+                    if name in kwargs:
+                        raise TypeError(f"nki.isa.{fn.__name__}: got multiple values for '{name}'")
+                    kwargs[name] = v
+                args = ()
+            if mask is None:
+                return fn(*args, **kwargs)
+            kw = sig.bind_partial(*args, **kwargs).arguments
+            return _masked(fn, dict(kw), mask, tensors)
+
+        wrapper._nki_old_params = old_params  # type: ignore[attr-defined]
+        return wrapper
+
+    return deco
+
+
+def _masked(fn, kw: dict, mask, tensors):
+    if isinstance(mask, bool):
+        if mask:
+            return fn(**kw)
+        with _tracer.suppressed():  # masked off at compile time: the tile is allocated, not written
+            return fn(**kw)
+    if not isinstance(mask, Mask):
+        raise TypeError(f"nki.isa.{fn.__name__}: mask must be a bool or an index-grid predicate, got {mask!r}")
+    ret = None
+    if kw.get("dst") is None:
+        with _tracer.suppressed():  # allocation only: learn the output tile
+            ret = fn(**kw)
+        kw["dst"] = ret
+    dst = kw["dst"]
+    names = ["dst"] + [t for t in tensors if isinstance(kw.get(t), NkiTensor) and kw[t].shape == dst.shape]
+    r = nl._apply_mask(mask, *[kw[n] for n in names])
+    if r is None:
+        return ret if ret is not None else NkiInstruction(_tracer.current().program.size() - 1)
+    kw.update(zip(names, r))
+    res = fn(**kw)
+    if ret is not None:
+        ret._mask = mask
+        return ret
+    return res
+
+
 # ---------------------------------------------------------------------------------------------
 # Data movement
 
@@ -206,6 +277,7 @@ def dma_copy(
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def dma_transpose(
     dst: NkiTensor = None,
     src: NkiTensor = None,
@@ -231,6 +303,7 @@ def dma_transpose(
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def tensor_copy(
     dst: NkiTensor = None, src: NkiTensor = None, engine=engine.unknown, name=None, dtype=None, **kwargs
 ):
@@ -266,6 +339,7 @@ def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pr
 # Tensor Engine
 
 
+@_old_style("stationary", "moving", tensors=("stationary", "moving"))
 def nc_matmul(
     dst: NkiTensor = None,
     stationary: NkiTensor = None,
@@ -282,8 +356,6 @@ def nc_matmul(
 ):
     """dst (PSUM, fp32) = stationary.T @ moving, contracting over the partition dimension.
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
-    if isinstance(dst, NkiTensor) and stationary is not None and moving is None and dst.buffer != nl.psum:
-        dst, stationary, moving = None, dst, stationary  # old style nc_matmul(stationary, moving)
     if stationary is None or moving is None:
         raise TypeError("nc_matmul: stationary and moving are required")
     double = int(perf_mode) == matmul_perf_mode.double_row
@@ -303,11 +375,10 @@ def nc_matmul(
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.unknown, name=None, **kwargs):
     """Swaps the partition and free dimensions: Tensor Engine (up to 128x128, SBUF -> PSUM) or
     Vector Engine (up to 32x32)."""
-    if data is None and isinstance(dst, NkiTensor):
-        dst, data = None, dst
     f = data.size // data.shape[0]
     d2 = data if data.ndim == 2 else data.reshape((data.shape[0], f))
     if engine in (None, globals()["engine"].unknown):
@@ -327,6 +398,7 @@ def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.un
 # Vector / Scalar / GpSimd Engine
 
 
+@_old_style("data1", "data2", "op", tensors=("data1", "data2"))
 def tensor_tensor(
     dst: NkiTensor = None,
     data1: NkiTensor = None,
@@ -352,6 +424,7 @@ def tensor_tensor(
     return _result(dst, alloc)
 
 
+@_old_style("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", tensors=("data",))
 def tensor_scalar(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -381,6 +454,7 @@ def tensor_scalar(
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("data", "operand1"))
 def scalar_tensor_tensor(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -416,6 +490,7 @@ def _axis_mask(axis, ndim) -> int:
     return m
 
 
+@_old_style("op", "data", "axis", tensors=("data",))
 def tensor_reduce(
     dst: NkiTensor = None,
     op=None,
@@ -442,6 +517,7 @@ def tensor_reduce(
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def tensor_partition_reduce(
     dst: NkiTensor = None, op=None, data: NkiTensor = None, name=None, dtype=None, **kwargs
 ):
@@ -451,6 +527,7 @@ def tensor_partition_reduce(
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def activation(
     dst: NkiTensor = None,
     op=None,
@@ -496,6 +573,7 @@ def activation(
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def activation_reduce(
     dst: NkiTensor = None,
     op=None,
@@ -521,6 +599,7 @@ def activation_reduce(
     )
 
 
+@_old_style("data", tensors=("data",))
 def reciprocal(
     dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=engine.unknown, dtype=None, **kwargs
 ):
@@ -531,6 +610,7 @@ def reciprocal(
     return _result(dst, alloc)
 
 
+@_old_style("data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1", tensors=("data0", "data1"))
 def tensor_tensor_scan(
     dst: NkiTensor = None,
     data0: NkiTensor = None,
@@ -557,6 +637,7 @@ def tensor_tensor_scan(
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("data",))
 def tensor_scalar_reduce(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -672,6 +753,7 @@ def affine_select(
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("predicate", "on_true"))
 def select_reduce(
     dst: NkiTensor = None,
     predicate: NkiTensor = None,
@@ -701,6 +783,7 @@ def select_reduce(
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("src",))
 def tensor_scalar_cumulative(
     dst: NkiTensor = None,
     src: NkiTensor = None,
@@ -729,6 +812,7 @@ def tensor_scalar_cumulative(
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("on_true_tile",))
 def range_select(
     dst: NkiTensor = None,
     on_true_tile: NkiTensor = None,
@@ -770,6 +854,7 @@ def range_select(
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def bn_stats(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
     """Per partition (count, mean, var*count) of the even and of the odd elements (6 values)."""
     dst, alloc = _dst(dst, (data.shape[0], 6), dtype or nl.float32)
@@ -777,6 +862,7 @@ def bn_stats(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=Non
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def bn_aggr(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
     """Aggregates bn_stats outputs into (mean, variance) per partition."""
     dst, alloc = _dst(dst, (data.shape[0], 2), dtype or nl.float32)
@@ -784,6 +870,7 @@ def bn_aggr(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -816,3 +903,21 @@ def register_load(dst: VirtualRegister, src: NkiTensor) -> None:
 
 def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
     emit("RegStore", "sync", [dst], [src.id])
+
+
+# ---------------------------------------------------------------------------------------------
+# nki.isa.constants: the enums, as the real library imports them
+# (``from nki.isa.constants import oob_mode, dge_mode``).
+
+def _constants_module():
+    import sys
+    import types
+
+    m = types.ModuleType("nki.isa.constants", "Enums of nki.isa instructions.")
+    for n in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine"):
+        setattr(m, n, globals()[n])
+    sys.modules[m.__name__] = m
+    return m
+
+
+constants = _constants_module()
