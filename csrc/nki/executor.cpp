@@ -9,6 +9,8 @@
 #include <new>
 
 #include "exec_internal.h"
+#include "runtime/interrupt.h"
+#include "runtime/trace.h"
 
 namespace neuron::nki {
 
@@ -275,12 +277,33 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   std::vector<int64_t> upper;  // per LoopBegin: the bound evaluated at loop entry
   if (prog.dynamic()) upper.assign(instrs.size(), 0);
   int64_t iterations = 0, executed = 0;
+  const uint64_t epoch = rt::interrupt_epoch();
+  int64_t next_poll_ns = 0;
   auto count_iteration = [&] {
     if (++iterations > opt.max_loop_iterations)
-      c.fail(
-          "runtime",
-          "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) + " iterations",
-          "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+      c.fail("runtime",
+             "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) +
+                 " iterations in one launch (a loop that never ends?); if the kernel is meant to "
+                 "run longer, raise NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (now " +
+                 std::to_string(opt.max_loop_iterations) + ")",
+             "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+    // Ctrl-C: a launch on a stream worker sees the epoch move (the host's wait was
+    // interrupted); a run on the caller's thread asks the poll itself, every 50 ms at most.
+    if ((iterations & 1023) == 0) [[unlikely]] {
+      bool stop = rt::interrupt_epoch() != epoch;
+      if (!stop) {
+        const int64_t now = rt::now_ns();
+        if (now >= next_poll_ns) {
+          next_poll_ns = now + 50'000'000;
+          stop = rt::poll_interrupt();
+        }
+      }
+      if (stop)
+        c.fail("interrupted",
+               "interrupted (Ctrl-C) after " + std::to_string(iterations) +
+                   " runtime loop iterations; the kernel's outputs are incomplete",
+               "");
+    }
   };
   auto& regs = core.regs;
   using isa::Fields;

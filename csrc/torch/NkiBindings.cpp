@@ -4,6 +4,8 @@
 // pybind11 and the lower layers are used here: the tracer hands over raw data pointers.
 #include "NkiBindings.h"
 
+#include "Interrupt.h"
+
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -29,6 +31,10 @@ using nki::Program;
 // kind/instruction/location/rule.
 void translate_nki_error(const nki::NkiError& e) {
   py::gil_scoped_acquire gil;
+  if (e.kind() == "interrupted") {  // Ctrl-C during a run on this thread
+    set_interrupt_error(e.what());
+    return;
+  }
   py::object cls;
   try {
     cls = py::module_::import("nki._errors").attr("NkiValidationError");
@@ -398,7 +404,7 @@ void register_nki(py::module_& parent) {
         return run_all(progs, binds, check, record, max_iters);
       },
       py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
-      py::arg("max_iterations") = int64_t{1} << 31);
+      py::arg("max_iterations") = 0);
 
   py::class_<CheckState, std::shared_ptr<CheckState>>(m, "CheckState")
       .def(py::init<>())
@@ -415,6 +421,8 @@ void register_nki(py::module_& parent) {
         if (binds.size() != progs.size())
           throw std::invalid_argument("nki: one binding list per program");
         rt::Runtime::get().device(device);  // validates the index
+        // Read the environment here, so that a bad value fails the call, not the queued task.
+        if (max_iters <= 0) max_iters = nki::max_loop_iterations_from_env();
         rt::Stream& stream = rt::current_stream(device);
         stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters, check_state] {
           run_all(progs, binds, check, false, max_iters);
@@ -422,8 +430,12 @@ void register_nki(py::module_& parent) {
         });
       },
       py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
-      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31,
-      py::arg("check_state") = nullptr);
+      py::arg("check"), py::arg("max_iterations") = 0, py::arg("check_state") = nullptr);
+
+  // NEURON_EMU_NKI_CHECK as the launches apply it ("first", "always", "never"); raises for a
+  // value it does not know.
+  m.def("check_policy",
+        [] { return std::string(nki::check_policy_name(nki::check_policy_from_env())); });
 }
 
 }  // namespace neuron::torch_glue

@@ -466,16 +466,9 @@ def _output_structure(ret, tr, name: str) -> dict:
 
 
 def _check_mode() -> str:
-    v = os.environ.get("NEURON_EMU_NKI_CHECK", "first").strip().lower()
-    if v in ("0", "never", "off", "false"):
-        return "never"
-    if v in ("always", "2", "all"):
-        return "always"
-    return "first"
-
-
-def _max_iterations() -> int:
-    return int(os.environ.get("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", str(1 << 31)))
+    """NEURON_EMU_NKI_CHECK as the native launches read it: "first", "always" or "never" (an
+    unknown value raises, naming the variable)."""
+    return core().check_policy()
 
 
 class _Run:
@@ -627,12 +620,12 @@ def _execute(
             int(device.index or 0),
             traced.meta["name"],
             want,
-            _max_iterations(),
+            0,  # NEURON_EMU_NKI_MAX_LOOP_ITERATIONS, read (and validated) natively
             traced.device_check_state() if want else None,
         )
         run.finish()
         return run.outputs(traced)
-    traces = core().run(traced.programs, bindings, want, record, _max_iterations())
+    traces = core().run(traced.programs, bindings, want, record)
     if want:
         traced._checked = True
     run.finish()

@@ -93,6 +93,9 @@ class Trace:
         self.psum_written: dict[int, list[tuple[int, int]]] = {}
         self.loop_depth = 0
         self.default_loc = -1
+        self.emitted = 0
+        self.max_instructions = max_instructions()
+        self.unrolling: list[UnrolledRange] = []  # trace-time loops being unrolled, outermost first
 
     def loc(self) -> int:
         """Index of the kernel source location that is executing (first frame outside nki)."""
@@ -108,6 +111,103 @@ class Trace:
                 return idx
             f = f.f_back
         return self.default_loc
+
+
+MAX_INSTRUCTIONS_ENV = "NEURON_EMU_NKI_MAX_INSTRUCTIONS"
+DEFAULT_MAX_INSTRUCTIONS = 250_000  # ~190 MB of instructions; the largest nkilib test kernel has ~2,300
+
+
+def max_instructions() -> int:
+    """The cap on instructions one kernel instance may emit while it is traced."""
+    v = os.environ.get(MAX_INSTRUCTIONS_ENV, "").strip()
+    if not v:
+        return DEFAULT_MAX_INSTRUCTIONS
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(
+            f"{MAX_INSTRUCTIONS_ENV}={v!r}: expected a positive integer (default {DEFAULT_MAX_INSTRUCTIONS})"
+        )
+    return n
+
+
+class UnrolledRange:
+    """A loop unrolled at trace time (``nl.affine_range`` / ``sequential_range`` /
+    ``static_range``): iterates like ``range`` and, while it runs, tells the instruction cap which
+    loop of the kernel is unrolling."""
+
+    __slots__ = ("api", "range", "where")
+
+    def __init__(self, r: range, api: str, where: str):
+        self.range = r
+        self.api = api
+        self.where = where
+
+    def __iter__(self):
+        tr = active()
+        if tr is None:
+            yield from self.range
+            return
+        tr.unrolling.append(self)
+        try:
+            yield from self.range
+        finally:
+            try:
+                tr.unrolling.remove(self)
+            except ValueError:
+                pass
+
+    def __len__(self) -> int:
+        return len(self.range)
+
+    def __getitem__(self, i):
+        return self.range[i]
+
+    def __reversed__(self):
+        return reversed(self.range)
+
+    def __contains__(self, x) -> bool:
+        return x in self.range
+
+    @property
+    def start(self) -> int:
+        return self.range.start
+
+    @property
+    def stop(self) -> int:
+        return self.range.stop
+
+    @property
+    def step(self) -> int:
+        return self.range.step
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"nl.{self.api}({r.start}, {r.stop}, {r.step})"
+
+
+def caller_location() -> str:
+    """file:line of the first frame outside the nki package (the kernel code calling an API)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
+        f = f.f_back
+    return f"{_short_path(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "<unknown>"
+
+
+def _too_many_instructions(tr: Trace) -> None:
+    if tr.unrolling:
+        loops = " inside ".join(f"{u!r} at {u.where} ({len(u)} iterations)" for u in reversed(tr.unrolling))
+        what = f"while unrolling {loops}"
+    else:
+        what = f"at {caller_location()}"
+    raise TraceError(
+        f"kernel {tr.kernel_name}: tracing emitted more than {tr.max_instructions} instructions {what}. "
+        "Trace-time loops (nl.affine_range, nl.sequential_range, nl.static_range, Python loops) are unrolled "
+        f"into one instruction per iteration; use nl.fori_loop for a loop that runs on the device, or raise "
+        f"{MAX_INSTRUCTIONS_ENV} (now {tr.max_instructions})"
+    )
 
 
 _TARGET_KEYS = (
@@ -194,6 +294,9 @@ def emit(
     if blocked:
         _emit_per_block(op, engine, operands, attrs, api_name, blocked)
         return
+    tr.emitted += 1
+    if tr.emitted > tr.max_instructions:
+        _too_many_instructions(tr)
     t = isa()
     info = t.ops[op]
     aps = [None] * info.noperands

@@ -304,21 +304,28 @@ def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) ->
 # Iterators and runtime loops
 
 
+def _unrolled(api: str, start, stop, step):
+    r = builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+    if _tracer.active() is None:
+        return r
+    return _tracer.UnrolledRange(r, api, _tracer.caller_location())
+
+
 def affine_range(start, stop=None, step=1, precise_schedule=None, directives=None, **hints):
     """Loop iterations without loop-carried dependence; unrolled at trace time. Scheduling
     hints of the real compiler (``precise_schedule=``, ``directives=``) do not change results
     and are accepted."""
-    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+    return _unrolled("affine_range", start, stop, step)
 
 
 def sequential_range(start, stop=None, step=1, precise_schedule=None, directives=None, **hints):
     """Loop with loop-carried dependence; unrolled at trace time (scheduling hints accepted)."""
-    return affine_range(start, stop, step)
+    return _unrolled("sequential_range", start, stop, step)
 
 
 def static_range(start, stop=None, step=1, **hints):
     """Fully unrolled loop."""
-    return affine_range(start, stop, step)
+    return _unrolled("static_range", start, stop, step)
 
 
 def _reg_operand(x):
