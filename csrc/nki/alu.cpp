@@ -16,6 +16,41 @@ constexpr std::string_view kAluNames[] = {
     "left_shift",  "right_shift"};
 static_assert(std::size(kAluNames) == static_cast<size_t>(Alu::Count));
 
+constexpr std::string_view kActNames[] = {"copy",
+                                          "exp",
+                                          "log",
+                                          "sqrt",
+                                          "rsqrt",
+                                          "tanh",
+                                          "sigmoid",
+                                          "relu",
+                                          "gelu",
+                                          "gelu_apprx_tanh",
+                                          "gelu_apprx_sigmoid",
+                                          "gelu_dx",
+                                          "gelu_apprx_sigmoid_dx",
+                                          "silu",
+                                          "silu_dx",
+                                          "softplus",
+                                          "mish",
+                                          "erf",
+                                          "erf_dx",
+                                          "reciprocal",
+                                          "sin",
+                                          "cos",
+                                          "tan",
+                                          "arctan",
+                                          "square",
+                                          "abs",
+                                          "sign",
+                                          "negative",
+                                          "ceil",
+                                          "floor",
+                                          "trunc",
+                                          "logical_not",
+                                          "invert"};
+static_assert(std::size(kActNames) == static_cast<size_t>(Act::Count));
+
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -174,6 +209,8 @@ float act(Act op, float x) {
 }  // namespace
 
 std::string_view alu_name(Alu op) { return kAluNames[static_cast<int>(op)]; }
+std::string_view act_name(Act op) { return kActNames[static_cast<int>(op)]; }
+
 
 bool alu_is_bitvec(Alu op) {
   return op == Alu::BitAnd || op == Alu::BitOr || op == Alu::BitXor || op == Alu::Shl ||

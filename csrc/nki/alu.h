@@ -77,6 +77,7 @@ enum class Act : uint8_t {
 };
 
 std::string_view alu_name(Alu op);
+std::string_view act_name(Act op);
 
 bool alu_is_bitvec(Alu op);        // operates on bit patterns (integers only)
 bool alu_is_reduction_op(Alu op);  // allowed as tensor_reduce / partition reduce operator
