@@ -13,7 +13,7 @@ STAMP_SYS := $(BUILD)/.stamp-sys
 STAMP_INSTALL := $(VENV)/.stamp-install
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 export CCACHE_BASEDIR := $(CURDIR)
-export CCACHE_SLOPPINESS := include_file_mtime,include_file_ctime,time_macros
+export CCACHE_SLOPPINESS := include_file_mtime,include_file_ctime,time_macros,pch_defines
 # Tests and examples always import this checkout's Python packages.
 RUN_ENV := PYTHONPATH=$(CURDIR)/python PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 # Tests use caches private to this checkout (never the user's /tmp/neff_cache or ~/.cache).
@@ -65,8 +65,11 @@ build: $(BUILD)/build.ninja
 	  if [ -x $(BUILD)/csrc/tools/$$t ]; then ln -sf $(CURDIR)/$(BUILD)/csrc/tools/$$t $(VENV)/bin/$$t; fi; \
 	done
 
-$(STAMP_INSTALL): pyproject.toml $(STAMP_DEPS)
-	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
+# The Python packages as the real stack's distributions (torch-neuronx, nki, neuronx-cc), editable.
+DISTS := nki neuronx-cc torch-neuronx
+$(STAMP_INSTALL): $(foreach d,$(DISTS),distributions/$(d)/pyproject.toml) $(STAMP_DEPS)
+	@if $(VPY) -m pip show -q neuron-emu >/dev/null 2>&1; then $(VPY) -m pip uninstall -q -y neuron-emu; fi
+	$(VPY) -m pip install -q --no-build-isolation --no-deps $(foreach d,$(DISTS),-e distributions/$(d))
 	@touch $@
 
 # --- what users run --------------------------------------------------------------------------

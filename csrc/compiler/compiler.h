@@ -1,6 +1,6 @@
 // The compiler driver: runs the pass pipeline on a graph (verifier after every pass, IR dumps
-// when asked) and lowers it to a Program. Also parses the compiler flags
-// (NEURON_CC_FLAGS, NEURON_COMPILER_OPT_LEVEL).
+// when asked) and lowers it to a Program. Also parses the compiler flags (the text of
+// NEURON_CC_FLAGS; the Python backend reads NEURON_COMPILER_OPT_LEVEL into the default level).
 // Thread-safety: compile() has no shared state; call it from any thread.
 #pragma once
 

@@ -553,10 +553,4 @@ size_t cached_plans() {
   return g_cache.size();
 }
 
-void clear_cache() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_cache.clear();
-  g_order.clear();
-}
-
 }  // namespace neuron::cc::nki_call

@@ -102,6 +102,5 @@ void register_kernel();
 
 // Decoded plans kept by content hash (tests and diagnostics).
 size_t cached_plans();
-void clear_cache();
 
 }  // namespace neuron::cc::nki_call

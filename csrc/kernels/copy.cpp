@@ -49,10 +49,6 @@ void check_shapes(const TensorRef& dst, const TensorRef& src) {
 
 }  // namespace
 
-bool can_convert(DType to, DType from) {
-  return to != DType::Undefined && from != DType::Undefined;
-}
-
 void copy(const TensorRef& dst, const TensorRef& src) {
   check_shapes(dst, src);
   const LoopPlan<2> plan = make_plan<2>({&dst, &src});

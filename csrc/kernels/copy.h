@@ -15,7 +15,4 @@ void copy(const TensorRef& dst, const TensorRef& src);
 // bytes, already in dst's dtype).
 void fill(const TensorRef& dst, const void* value);
 
-// True when the kernel can convert between these dtypes (all pairs of known dtypes).
-bool can_convert(DType to, DType from);
-
 }  // namespace neuron::kernels

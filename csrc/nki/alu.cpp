@@ -211,16 +211,6 @@ float act(Act op, float x) {
 std::string_view alu_name(Alu op) { return kAluNames[static_cast<int>(op)]; }
 std::string_view act_name(Act op) { return kActNames[static_cast<int>(op)]; }
 
-std::optional<Alu> alu_from_name(std::string_view name) {
-  for (size_t i = 0; i < std::size(kAluNames); ++i)
-    if (kAluNames[i] == name) return static_cast<Alu>(i);
-  return std::nullopt;
-}
-std::optional<Act> act_from_name(std::string_view name) {
-  for (size_t i = 0; i < std::size(kActNames); ++i)
-    if (kActNames[i] == name) return static_cast<Act>(i);
-  return std::nullopt;
-}
 
 bool alu_is_bitvec(Alu op) {
   return op == Alu::BitAnd || op == Alu::BitOr || op == Alu::BitXor || op == Alu::Shl ||

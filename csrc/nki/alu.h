@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 namespace neuron::nki {
@@ -79,8 +78,6 @@ enum class Act : uint8_t {
 
 std::string_view alu_name(Alu op);
 std::string_view act_name(Act op);
-std::optional<Alu> alu_from_name(std::string_view name);
-std::optional<Act> act_from_name(std::string_view name);
 
 bool alu_is_bitvec(Alu op);        // operates on bit patterns (integers only)
 bool alu_is_reduction_op(Alu op);  // allowed as tensor_reduce / partition reduce operator

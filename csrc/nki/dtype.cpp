@@ -241,12 +241,6 @@ std::string_view dt_name(DT t) {
   const int i = static_cast<int>(t);
   return i >= 0 && i < kNumDTypes ? kInfo[i].name : std::string_view("invalid");
 }
-std::optional<DT> dt_from_name(std::string_view name) {
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (kInfo[i].name == name) return static_cast<DT>(i);
-  return std::nullopt;
-}
-bool dt_is_float(DT t) { return kInfo[static_cast<int>(t)].is_float; }
 bool dt_is_int(DT t) { return !kInfo[static_cast<int>(t)].is_float; }
 bool dt_is_packed(DT t) { return kInfo[static_cast<int>(t)].packed; }
 

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 #include "kernels/dtype.h"
@@ -39,8 +38,6 @@ constexpr int kNumDTypes = static_cast<int>(DT::Count);
 int dt_size(DT t);
 // The nl.* name ("float32", "bfloat16", ...).
 std::string_view dt_name(DT t);
-std::optional<DT> dt_from_name(std::string_view name);
-bool dt_is_float(DT t);  // any floating type, packed ones included
 bool dt_is_int(DT t);    // bool and integers
 bool dt_is_packed(DT t);
 // Types whose engine arithmetic is exact in int64 (the GpSimd integer path).

@@ -100,6 +100,23 @@ void HbmAllocator::host_free(void* ptr, size_t size) {
     munmap(ptr, size);
 }
 
+void HbmAllocator::set_usage_mirror(uint64_t* reserved, uint64_t* allocated, uint32_t* used) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mirror_reserved_ = reserved;
+  mirror_allocated_ = allocated;
+  mirror_used_ = used;
+  publish_usage_locked();
+}
+
+void HbmAllocator::publish_usage_locked() {
+  // Relaxed stores into shared memory: readers want a recent value, not an ordering.
+  if (mirror_reserved_)
+    __atomic_store_n(mirror_reserved_, static_cast<uint64_t>(stats_.reserved_bytes.current), __ATOMIC_RELAXED);
+  if (mirror_allocated_)
+    __atomic_store_n(mirror_allocated_, static_cast<uint64_t>(stats_.allocated_bytes.current), __ATOMIC_RELAXED);
+  if (mirror_used_ && stats_.allocation.current > 0) __atomic_store_n(mirror_used_, 1u, __ATOMIC_RELAXED);
+}
+
 void* HbmAllocator::make_live_locked(void* ptr, size_t size, size_t bytes, Stream* stream) {
   Block b;
   b.ptr = ptr;
@@ -112,6 +129,7 @@ void* HbmAllocator::make_live_locked(void* ptr, size_t size, size_t bytes, Strea
   stats_.allocated_bytes.add(static_cast<int64_t>(size));
   stats_.active_bytes.add(static_cast<int64_t>(size));
   stats_.requested_bytes.add(static_cast<int64_t>(bytes));
+  publish_usage_locked();
   return ptr;
 }
 
@@ -156,6 +174,7 @@ size_t HbmAllocator::release_cached_locked() {
       host_free(it->second, it->first);
       stats_.segment.sub(1);
       stats_.reserved_bytes.sub(static_cast<int64_t>(it->first));
+      publish_usage_locked();
       cached_.erase(cit);
       it = by_size.erase(it);
     }
@@ -198,6 +217,7 @@ void* HbmAllocator::try_allocate_locked(size_t rounded, size_t bytes, Stream* st
   }
   stats_.segment.add(1);
   stats_.reserved_bytes.add(static_cast<int64_t>(rounded));
+  publish_usage_locked();
   return ptr;
 }
 
@@ -266,6 +286,7 @@ void HbmAllocator::free(void* ptr) {
   stats_.allocation.sub(1);
   stats_.allocated_bytes.sub(static_cast<int64_t>(b.size));
   stats_.requested_bytes.sub(static_cast<int64_t>(b.requested));
+  publish_usage_locked();
   const uint64_t free_seq = b.stream ? b.stream->launched() : 0;
   try {
     if (b.extra_streams.empty()) {

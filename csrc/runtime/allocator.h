@@ -76,6 +76,11 @@ class HbmAllocator {
   // function that synchronizes all its streams.
   void set_sync_callback(void (*fn)(void* ctx), void* ctx);
 
+  // Mirrors the reserved and allocated byte counts into `reserved` / `allocated` and sets
+  // `*used` at the first allocation (the process registry's shared counters, read by
+  // neuron-ls). Any pointer may be null.
+  void set_usage_mirror(uint64_t* reserved, uint64_t* allocated, uint32_t* used);
+
  private:
   struct Block {
     void* ptr = nullptr;
@@ -110,6 +115,7 @@ class HbmAllocator {
   static size_t max_reuse_size(size_t rounded);
   static void* host_alloc(size_t size);
   static void host_free(void* ptr, size_t size);
+  void publish_usage_locked();
 
   const int device_;
   const uint64_t capacity_;
@@ -121,6 +127,9 @@ class HbmAllocator {
   MemoryStats stats_;
   void (*sync_fn_)(void*) = nullptr;
   void* sync_ctx_ = nullptr;
+  uint64_t* mirror_reserved_ = nullptr;
+  uint64_t* mirror_allocated_ = nullptr;
+  uint32_t* mirror_used_ = nullptr;
 };
 
 // Formats a byte count as "2.00 GiB" / "512.00 MiB" / "12.00 KiB" / "100 B".

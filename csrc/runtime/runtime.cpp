@@ -5,6 +5,7 @@
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/internal.h"
+#include "runtime/process_registry.h"
 
 namespace neuron::rt {
 
@@ -107,6 +108,13 @@ Runtime::Runtime() : topo_(Topology::from_env(read_topology_env())) {
   launch_blocking_ = getenv_bool("NEURON_LAUNCH_BLOCKING", false);
   devices_.reserve(topo_.visible.size());
   for (const LogicalCore& c : topo_.visible) devices_.push_back(std::make_unique<Device>(c));
+  // neuron-ls lists the processes that hold neuron devices through this registry.
+  registry::Registration* reg = registry::Registration::create(topo_.profile.name, topo_.visible);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int idx = static_cast<int>(i);
+    devices_[i]->allocator().set_usage_mirror(reg->reserved_counter(idx), reg->allocated_counter(idx),
+                                              reg->used_flag(idx));
+  }
   detail::g_launch_blocking.store(launch_blocking_, std::memory_order_relaxed);
 }
 
@@ -134,7 +142,7 @@ Device& Runtime::device(int index) {
   const int n = device_count();
   if (index >= 0 && index < n) [[likely]]
     return *devices_[index];
-  throw Error(str("neuron:", index, " is not available: this process sees ", n,
+  throw Error(str("The device index is out of range: neuron:", index, " is not available, this process sees ", n,
                   " logical NeuronCore", n == 1 ? "" : "s", " (neuron:0",
                   n > 1 ? str("-neuron:", n - 1) : std::string(),
                   "); NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES select them"));

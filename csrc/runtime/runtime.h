@@ -66,7 +66,8 @@ class Runtime {
 
   const Topology& topology() const { return topo_; }
   int device_count() const { return static_cast<int>(devices_.size()); }
-  // Throws Error("neuron:7 is not available: this process sees 4 logical NeuronCores ...").
+  // Throws Error("The device index is out of range: neuron:7 is not available, this process
+  // sees 4 logical NeuronCores ...") (the first words are PyTorch's wording for accelerators).
   Device& device(int index);
   bool launch_blocking() const { return launch_blocking_; }
   void synchronize_all();

@@ -1,6 +1,8 @@
 // neuron-ls: lists the Neuron devices of the emulated instance, like the real tool does for the
 // hardware: one row per device with its logical cores, HBM, neighbours, PCI address and host
-// CPU affinity. Reads only the topology (no runtime start, no threads).
+// CPU affinity, and the processes holding each device (from the runtime's process registry:
+// PID, command, runtime version, cores and HBM in use). Reads only the topology and the
+// registry (no runtime start, no threads).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,25 +11,40 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "runtime/error.h"
+#include "runtime/process_registry.h"
 #include "runtime/topology.h"
 
 namespace {
 
 using neuron::rt::Topology;
+namespace registry = neuron::rt::registry;
 
 const char* const kUsage =
-    "usage: neuron-ls [-h] [-j]\n"
+    "usage: neuron-ls [-h] [-j] [-w] [-a]\n"
     "\n"
-    "List the Neuron devices of the emulated instance (neuron-emu).\n"
+    "List the Neuron devices of the emulated instance (neuron-emu) and the processes using them.\n"
     "\n"
     "options:\n"
-    "  -h, --help  show this help message and exit\n"
-    "  -j, --json  print one JSON object per device\n"
+    "  -h, --help            show this help message and exit\n"
+    "  -j, --json            print one JSON object per device\n"
+    "  -w, --wide            do not shorten the process commands\n"
+    "  -a, --show-all-procs  also list processes that do not run the Neuron runtime (neuron-ls)\n"
     "\n"
     "The instance comes from NEURON_EMU_INSTANCE_TYPE (default trn2.3xlarge); the logical core\n"
     "size from NEURON_LOGICAL_NC_CONFIG or NEURON_RT_VIRTUAL_CORE_SIZE; NEURON_EMU_HBM_GB\n"
-    "overrides the HBM per logical core.\n";
+    "overrides the HBM per logical core. Processes come from the registry in\n"
+    "NEURON_EMU_REGISTRY_DIR (default /dev/shm/neuron-emu); entries of dead processes are removed.\n";
+
+// One process on one device: the registry entry and what it holds there.
+struct DeviceProcess {
+  int pid = 0;
+  std::string command, runtime_version;
+  std::vector<int> cores_in_use;  // global logical core ids with memory allocated
+  uint64_t hbm_reserved = 0, hbm_allocated = 0;
+};
 
 struct DeviceInfo {
   int index = 0;
@@ -37,6 +54,7 @@ struct DeviceInfo {
   std::vector<int> connected;
   std::string bdf, cpu_affinity;
   int numa_node = 0;
+  std::vector<DeviceProcess> processes;
 };
 
 // Neighbours in the device interconnect: a square torus when the count is a square (4x4 on
@@ -57,6 +75,89 @@ std::vector<int> neighbours(int d, int n) {
   } else {
     add((d + n - 1) % n);
     add((d + 1) % n);
+  }
+  return out;
+}
+
+std::string own_command() {
+  std::string raw;
+  if (FILE* f = std::fopen("/proc/self/cmdline", "rb")) {
+    char buf[4096];
+    const size_t n = std::fread(buf, 1, sizeof(buf), f);
+    std::fclose(f);
+    raw.assign(buf, n);
+  }
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  std::replace(raw.begin(), raw.end(), '\0', ' ');
+  return raw;
+}
+
+// Attaches the registered processes to the devices of their cores (a process holds every
+// device it has visible cores on, like the real runtime after nrt_init).
+void attach_processes(std::vector<DeviceInfo>& devices, bool all_procs) {
+  for (const registry::ProcessEntry& p : registry::list(/*cleanup=*/true)) {
+    for (DeviceInfo& d : devices) {
+      DeviceProcess dp;
+      bool holds = false;
+      for (const registry::CoreUsage& c : p.cores) {
+        if (c.device != d.index) continue;
+        holds = true;
+        if (c.used) dp.cores_in_use.push_back(c.global_id);
+        dp.hbm_reserved += c.reserved;
+        dp.hbm_allocated += c.allocated;
+      }
+      if (!holds) continue;
+      dp.pid = p.pid;
+      dp.command = p.command;
+      dp.runtime_version = p.runtime_version;
+      d.processes.push_back(std::move(dp));
+    }
+  }
+  if (all_procs) {  // the real tool's -a: itself, without a runtime, on every device
+    DeviceProcess self;
+    self.pid = static_cast<int>(getpid());
+    self.command = own_command();
+    self.runtime_version = "NA";
+    for (DeviceInfo& d : devices) d.processes.push_back(self);
+  }
+}
+
+std::string format_hbm(uint64_t bytes) {
+  char buf[32];
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  if (bytes == 0)
+    return "0 B";
+  else if (mib < 1.0)
+    std::snprintf(buf, sizeof(buf), "%llu KB", static_cast<unsigned long long>((bytes + 1023) / 1024));
+  else if (mib < 1024.0)
+    std::snprintf(buf, sizeof(buf), "%.1f MB", mib);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f GB", mib / 1024.0);
+  return buf;
+}
+
+// A command for a table cell: control characters (newlines of `python -c` code) blanked,
+// shortened to `width` with "...".
+std::string shorten(std::string s, size_t width) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  if (s.size() <= width) return s;
+  return s.substr(0, width - 3) + "...";
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
   }
   return out;
 }
@@ -95,27 +196,56 @@ std::string id_range(const std::vector<int>& ids) {
   return std::to_string(ids.front()) + "-" + std::to_string(ids.back());
 }
 
-void print_table(const Topology& t, const std::vector<DeviceInfo>& devices) {
+std::string core_list(const std::vector<int>& ids) {
+  if (ids.empty()) return "-";
+  // Contiguous ids as a range ("0-3"), otherwise listed ("0, 2").
+  bool contiguous = true;
+  for (size_t i = 1; i < ids.size(); ++i) contiguous = contiguous && ids[i] == ids[i - 1] + 1;
+  return contiguous ? id_range(ids) : join_ints(ids, ", ");
+}
+
+void print_table(const Topology& t, const std::vector<DeviceInfo>& devices, bool wide) {
   const bool multi = devices.size() > 1;
+  bool any_procs = false;
+  for (const DeviceInfo& d : devices) any_procs = any_procs || !d.processes.empty();
   std::vector<std::pair<std::string, std::string>> header = {
       {"NEURON", "DEVICE"}, {"NEURON", "CORES"}, {"NEURON", "CORE IDS"}, {"NEURON", "MEMORY"}};
   if (multi) header.push_back({"CONNECTED", "DEVICES"});
   header.insert(header.end(), {{"PCI", "BDF"}, {"CPU", "AFFINITY"}, {"NUMA", "NODE"}});
+  // The real tool's process columns, then what the process holds on the device.
+  if (any_procs)
+    header.insert(header.end(), {{"PID", ""}, {"COMMAND", ""}, {"RUNTIME", "VERSION"}, {"CORES", "IN USE"},
+                                 {"HBM", "IN USE"}});
 
-  std::vector<std::vector<std::string>> rows;
+  // Rows grouped per device: the device's first row carries its cells, further processes of
+  // the same device get rows of their own with the device cells blank.
+  std::vector<std::vector<std::vector<std::string>>> groups;
   for (const DeviceInfo& d : devices) {
     const double gb = static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0);
     std::vector<std::string> row = {std::to_string(d.index), std::to_string(d.nc_count),
                                     id_range(d.core_ids), std::to_string(std::llround(gb)) + " GB"};
     if (multi) row.push_back(join_ints(d.connected, ", "));
     row.insert(row.end(), {d.bdf, d.cpu_affinity, std::to_string(d.numa_node)});
-    rows.push_back(std::move(row));
+    std::vector<std::vector<std::string>> group;
+    if (!any_procs || d.processes.empty()) {
+      if (any_procs) row.insert(row.end(), 5, "");
+      group.push_back(row);
+    }
+    for (size_t i = 0; i < d.processes.size(); ++i) {
+      const DeviceProcess& p = d.processes[i];
+      std::vector<std::string> r = i == 0 ? row : std::vector<std::string>(row.size(), "");
+      r.insert(r.end(), {std::to_string(p.pid), shorten(p.command, wide ? 80 : 40), p.runtime_version,
+                         core_list(p.cores_in_use), format_hbm(p.hbm_reserved)});
+      group.push_back(std::move(r));
+    }
+    groups.push_back(std::move(group));
   }
 
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
     width[c] = std::max(header[c].first.size(), header[c].second.size());
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+    for (const auto& group : groups)
+      for (const auto& row : group) width[c] = std::max(width[c], row[c].size());
   }
   auto rule = [&] {
     std::string s = "+";
@@ -134,15 +264,20 @@ void print_table(const Topology& t, const std::vector<DeviceInfo>& devices) {
     bottom.push_back(h.second);
   }
 
+  bool multi_row = false;  // a rule between devices once one of them has several rows
+  for (const auto& group : groups) multi_row = multi_row || group.size() > 1;
   std::string out = "instance-type: " + t.profile.name + "\n";
   out += rule() + line(top) + line(bottom) + rule();
-  for (const auto& row : rows) out += line(row);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& row : groups[g]) out += line(row);
+    if (multi_row && g + 1 < groups.size()) out += rule();
+  }
   out += rule();
   std::fputs(out.c_str(), stdout);
 }
 
 void print_json(const Topology& t, const std::vector<DeviceInfo>& devices) {
-  // Every string here is a fixed profile value (digits, ':', '.', '-', ','): no escaping needed.
+  // Profile values are fixed strings (digits, ':', '.', '-', ','); commands are escaped.
   std::string out = "[\n";
   for (size_t i = 0; i < devices.size(); ++i) {
     const DeviceInfo& d = devices[i];
@@ -156,7 +291,23 @@ void print_json(const Topology& t, const std::vector<DeviceInfo>& devices) {
     out += "        \"logical_neuroncore_config\": " + std::to_string(t.lnc) + ",\n";
     out += "        \"memory_size\": " + std::to_string(d.memory_bytes) + ",\n";
     out += "        \"neuroncore_ids\": [" + join_ints(d.core_ids, ", ") + "],\n";
-    out += "        \"neuron_processes\": []\n";
+    if (d.processes.empty()) {
+      out += "        \"neuron_processes\": []\n";
+    } else {
+      out += "        \"neuron_processes\": [\n";
+      for (size_t k = 0; k < d.processes.size(); ++k) {
+        const DeviceProcess& p = d.processes[k];
+        out += "            {\n";
+        out += "                \"pid\": " + std::to_string(p.pid) + ",\n";
+        out += "                \"command\": \"" + json_escape(p.command) + "\",\n";
+        out += "                \"neuron_runtime_version\": \"" + json_escape(p.runtime_version) + "\",\n";
+        out += "                \"neuroncore_ids\": [" + join_ints(p.cores_in_use, ", ") + "],\n";
+        out += "                \"memory_used\": " + std::to_string(p.hbm_reserved) + ",\n";
+        out += "                \"memory_allocated\": " + std::to_string(p.hbm_allocated) + "\n";
+        out += k + 1 < d.processes.size() ? "            },\n" : "            }\n";
+      }
+      out += "        ]\n";
+    }
     out += i + 1 < devices.size() ? "    },\n" : "    }\n";
   }
   out += "]\n";
@@ -166,7 +317,7 @@ void print_json(const Topology& t, const std::vector<DeviceInfo>& devices) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool json = false;
+  bool json = false, wide = false, all_procs = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -175,6 +326,14 @@ int main(int argc, char** argv) {
     }
     if (a == "-j" || a == "--json") {
       json = true;
+      continue;
+    }
+    if (a == "-w" || a == "--wide") {
+      wide = true;
+      continue;
+    }
+    if (a == "-a" || a == "--show-all-procs") {
+      all_procs = true;
       continue;
     }
     std::fprintf(stderr, "neuron-ls: unrecognized argument '%s'\n%s", argv[i], kUsage);
@@ -188,10 +347,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "neuron-ls: %s\n", e.what());
     return 2;
   }
-  const auto devices = collect(topo);
+  auto devices = collect(topo);
+  attach_processes(devices, all_procs);
   if (json)
     print_json(topo, devices);
   else
-    print_table(topo, devices);
+    print_table(topo, devices, wide);
   return 0;
 }

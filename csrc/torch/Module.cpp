@@ -14,6 +14,9 @@
 #include "runtime/thread_pool.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace py = pybind11;
@@ -51,6 +54,32 @@ py::dict device_properties(int index) {
   d["psum_bytes"] = topo.profile.psum_bytes_per_partition * 128u * static_cast<uint64_t>(topo.lnc);
   return d;
 }
+
+// A task that holds its stream until the host opens the gate: lets tests prove that launches
+// return while earlier work is still queued, without measuring time. The task gives up after
+// `timeout_s` (and says so) so that a failing test cannot hang the stream forever.
+struct DebugGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false, entered = false, timed_out = false;
+
+  void run(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu);
+    entered = true;
+    cv.notify_all();
+    timed_out = !cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return open; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  // Waits until the task runs (it is at the head of its stream); false after `timeout_s`.
+  bool wait_entered(double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return entered; });
+  }
+};
 
 }  // namespace
 }  // namespace neuron::torch_glue
@@ -103,6 +132,35 @@ PYBIND11_MODULE(_C, m) {
     launch(static_cast<c10::DeviceIndex>(device), "neuron::debug_sleep",
            [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
   });
+
+  // Queues a task on the current stream of `device` that blocks until the returned gate is
+  // opened (or `timeout_s` passes; then `timed_out` is true).
+  py::class_<DebugGate, std::shared_ptr<DebugGate>>(m, "_DebugGate")
+      .def("open", [](DebugGate& g) { g.release(); })
+      .def(
+          "wait_entered",
+          [](DebugGate& g, double timeout_s) {
+            py::gil_scoped_release nogil;
+            return g.wait_entered(timeout_s);
+          },
+          py::arg("timeout_s") = 60.0)
+      .def_property_readonly("is_open", [](DebugGate& g) {
+        std::lock_guard<std::mutex> lock(g.mu);
+        return g.open;
+      })
+      .def_property_readonly("timed_out", [](DebugGate& g) {
+        std::lock_guard<std::mutex> lock(g.mu);
+        return g.timed_out;
+      });
+  m.def(
+      "_debug_launch_gate",
+      [](int device, double timeout_s) {
+        auto gate = std::make_shared<DebugGate>();
+        launch(static_cast<c10::DeviceIndex>(device), "neuron::debug_gate",
+               [gate, timeout_s] { gate->run(timeout_s); });
+        return gate;
+      },
+      py::arg("device") = 0, py::arg("timeout_s") = 60.0);
 
   // Milliseconds between two recorded timing events, given their native handles
   // (torch.Event.event_id): lets torch.neuron.Event subclasses time each other.

@@ -66,7 +66,8 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::deque<at::Generator> gens;  // deque: references stay valid as it grows
   const int n = rt::Runtime::get().device_count();
   const c10::DeviceIndex d = device < 0 ? static_cast<c10::DeviceIndex>(rt::current_device()) : device;
-  TORCH_CHECK(d < n, "neuron:", static_cast<int>(d), " is not available: ", n, " neuron devices");
+  TORCH_CHECK(d < n, "The device index is out of range: neuron:", static_cast<int>(d), " is not available, ", n,
+              " neuron devices");
   std::lock_guard<std::mutex> g(mu);
   while (static_cast<int>(gens.size()) < n) {
     gens.push_back(at::make_generator<NeuronGeneratorImpl>(static_cast<c10::DeviceIndex>(gens.size())));

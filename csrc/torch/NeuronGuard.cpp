@@ -106,6 +106,14 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     translate_errors([&] { rt_device(device_index).synchronize(); });
   }
+  // torch.accelerator.get_device_capability(): every dtype can be allocated on a NeuronCore's
+  // HBM and converted to every other (conversions the kernels do not cover run through the
+  // visible CPU fallback), so all are reported. The profile's NeuronCore version, HBM and SBUF
+  // are in torch.neuron.get_device_properties().
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    translate_errors([&] { rt_device(d.index()); });  // "The device index is out of range: ..."
+    return c10::DeviceCapability();
+  }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
     if (!data_ptr.get()) return;
     translate_errors([&] {

@@ -30,11 +30,6 @@ void mark_executed_slow(OpSite& site, uint64_t generation) {
   site.seen_generation.store(generation, std::memory_order_relaxed);
 }
 
-void record_executed(const std::string& name) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_executed.add(name);
-}
-
 void record_fallback(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_fallback.add(name);

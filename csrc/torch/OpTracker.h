@@ -24,7 +24,6 @@ inline void mark_executed(OpSite& site) {
   if (site.seen_generation.load(std::memory_order_relaxed) != g) mark_executed_slow(site, g);
 }
 
-void record_executed(const std::string& name);
 void record_fallback(const std::string& name);
 std::vector<std::string> executed_ops();
 std::vector<std::string> fallback_ops();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lab 0: environment check (the lab guide's 0-1 ... 0-4, with neuron-emu's package names).
+# Lab 0: environment check (the lab guide's 0-1 ... 0-4; the packages carry the real stack's names).
 # Run from the repository root after `make build` (or `make demo`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,13 +1,4 @@
-"""Lab 2: NKI Library kernels registered as PyTorch operators.
-
-The pattern of Lab 1 Step 4, applied to nkilib: import a kernel, wrap it with wrap_nki, and
-register a function that calls it with @nki_op. Each operator runs its kernels on the tensors'
-neuron device in eager mode and is a single graph node under torch.compile.
-
-Weights are passed as nn.Linear stores them (``module.weight``, [out_features, in_features]):
-nkilib loads them with DMA transposes (weight_layout=WeightLayout.OUT_IN), so no transposed
-copy is made.
-"""
+"""Lab 2: NKI Library kernels as PyTorch operators - wrap_nki(kernel) + @nki_op, the Lab 1 Step 4 pattern."""
 
 from __future__ import annotations
 
@@ -15,30 +6,15 @@ import math
 
 import nki
 import torch
-from nkilib.core.attention.attention_cte import attention_cte
-from nkilib.core.attention.attention_tkg import attention_tkg
-from nkilib.core.attention.kv_cache import update_kv_cache
-from nkilib.core.embeddings.rope_hf import rope_hf
 from nkilib.core.mlp.mlp import mlp
-from nkilib.core.qkv.qkv import qkv
-from nkilib.core.rmsnorm.rmsnorm import rmsnorm
 from nkilib.core.utils.common_types import ActFnType, NormType, QKVOutputLayout, WeightLayout
-from nkilib.experimental.transformer.transformer_tkg import transformer_tkg
 from torch_neuronx import nki_op, wrap_nki
 
-OUT_IN = WeightLayout.OUT_IN  # nn.Linear.weight layout
-
-mlp_kernel = wrap_nki(mlp)
-rmsnorm_kernel = wrap_nki(rmsnorm)
-rope_kernel = wrap_nki(rope_hf)
-qkv_kernel = wrap_nki(qkv)
-attn_cte_kernel = wrap_nki(attention_cte)
-attn_tkg_kernel = wrap_nki(attention_tkg)
-kv_update_kernel = wrap_nki(update_kv_cache)
-transformer_kernel = wrap_nki(nki.jit(transformer_tkg))  # not decorated in nkilib: jit at the call site
+OUT_IN = WeightLayout.OUT_IN  # nn.Linear.weight as it is ([out, in]): nkilib DMA-transposes it
+mlp_kernel = wrap_nki(mlp)  # the NKI kernel, callable on torch tensors
 
 
-@nki_op("nkilib::mlp", mutates_args={})
+@nki_op("nkilib::mlp", mutates_args={})  # a torch op: eager on neuron, one node under torch.compile
 def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """SwiGLU MLP: down(silu(gate(x)) * up(x)). Prefill (S > 1) runs the CTE path, decode TKG."""
     out = mlp_kernel(
@@ -52,6 +28,26 @@ def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: t
         force_cte_mode=x.shape[1] > 1,
     )
     return out[0]
+
+
+# The other kernels of the lab, registered the same way. Each operator runs its kernels on the
+# tensors' neuron device in eager mode and is a single graph node under torch.compile; weights
+# are passed as nn.Linear stores them (``module.weight``) and no transposed copy is made.
+from nkilib.core.attention.attention_cte import attention_cte  # noqa: E402
+from nkilib.core.attention.attention_tkg import attention_tkg  # noqa: E402
+from nkilib.core.attention.kv_cache import update_kv_cache  # noqa: E402
+from nkilib.core.embeddings.rope_hf import rope_hf  # noqa: E402
+from nkilib.core.qkv.qkv import qkv  # noqa: E402
+from nkilib.core.rmsnorm.rmsnorm import rmsnorm  # noqa: E402
+from nkilib.experimental.transformer.transformer_tkg import transformer_tkg  # noqa: E402
+
+rmsnorm_kernel = wrap_nki(rmsnorm)
+rope_kernel = wrap_nki(rope_hf)
+qkv_kernel = wrap_nki(qkv)
+attn_cte_kernel = wrap_nki(attention_cte)
+attn_tkg_kernel = wrap_nki(attention_tkg)
+kv_update_kernel = wrap_nki(update_kv_cache)
+transformer_kernel = wrap_nki(nki.jit(transformer_tkg))  # not decorated in nkilib: jit at the call site
 
 
 @nki_op("nkilib::mlp_fused", mutates_args={})

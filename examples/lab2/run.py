@@ -9,12 +9,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import time
 
 import torch
 import torch_neuronx  # noqa: F401  (get_fallback_ops)
 from llama_base.config import SIZES
+
+try:  # progress notes on stderr for the long first run (stdout stays the lab's report)
+    from torch_neuronx._progress import slow_step
+except ImportError:
+    def slow_step(what):
+        return contextlib.nullcontext()
 
 VARIANTS = {
     "base": "llama_base.llama",
@@ -93,10 +100,18 @@ def main() -> None:
             ids.append(tok)
         return [int(t.item()) for t in ids]
 
-    print("Warmup...")
-    for _ in range(args.warmup):
-        generate(args.tokens)
-    torch.neuron.synchronize()
+    print("Warmup...", flush=True)
+    first = []
+    if args.compile:
+        first.append('compiles the prefill and decode graphs with torch.compile(backend="neuron")')
+    if args.model != "base":
+        first.append("traces the NKI kernels")
+    for i in range(args.warmup):
+        what = f"warm-up run {i + 1}/{args.warmup} ({args.tokens} tokens"
+        what += f"; the first run {' and '.join(first)})" if i == 0 and first else ")"
+        with slow_step(what):
+            generate(args.tokens)
+            torch.neuron.synchronize()
     print("Timing...")
     t0 = time.perf_counter()
     ids = generate(args.tokens)

@@ -21,7 +21,7 @@ import torch  # noqa: F401  (the device registration below needs it imported)
 from . import _C
 from ._registration import register_device as _register_device
 
-__version__ = "0.1.0"
+__version__ = "2.11.3+neuronemu"
 
 _register_device()
 

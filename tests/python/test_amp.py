@@ -10,7 +10,7 @@ DEV = "neuron"
 
 
 def test_amp_supported_dtypes_and_defaults():
-    assert torch.neuron.get_amp_supported_dtype() == [torch.float32, torch.float16, torch.bfloat16]
+    assert torch.neuron.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
     assert torch.amp.is_autocast_available(DEV)
     with torch.autocast(DEV, dtype=torch.bfloat16):
         assert torch.is_autocast_enabled(DEV)
@@ -73,3 +73,21 @@ def test_backward_through_autocast():
     loss.backward()
     assert lin.weight.grad.dtype == torch.float32
     assert torch.isfinite(lin.weight.grad).all()
+
+
+def test_float32_is_not_an_autocast_dtype():
+    """Like CUDA's unsupported dtypes: a warning, and autocast disables itself."""
+    with pytest.warns(UserWarning, match="In neuron autocast, but the target dtype is not supported"):
+        with torch.autocast(DEV, dtype=torch.float32):
+            assert not torch.is_autocast_enabled(DEV)
+
+
+def test_dot_follows_cuda_lists():
+    """CUDA's lists put dot/vdot under `promote` (widest input dtype): fp16 inputs stay fp16,
+    mixed fp16/fp32 inputs run in fp32; mm runs in the autocast dtype."""
+    a16 = torch.randn(8, device=DEV, dtype=torch.float16)
+    a32 = torch.randn(8, device=DEV)
+    with torch.autocast(DEV, dtype=torch.float16):
+        assert torch.dot(a16, a16).dtype == torch.float16
+        assert torch.dot(a16, a32).dtype == torch.float32
+        assert torch.mm(a32[None], a32[:, None]).dtype == torch.float16

@@ -23,7 +23,7 @@ def f_basic(x, y):
 
 def test_backend_is_registered():
     assert "neuron" in torch._dynamo.list_backends()
-    with open(os.path.join(REPO, "pyproject.toml")) as f:
+    with open(os.path.join(REPO, "distributions", "torch-neuronx", "pyproject.toml")) as f:
         text = f.read()
     assert 'neuron = "torch_neuronx.neuron_dynamo_backend.backend:neuron_backend"' in text
 

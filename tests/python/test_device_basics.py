@@ -110,7 +110,7 @@ def test_device_properties():
     assert p.total_memory == 24 * 2**30
     assert p.name.startswith("NeuronCore-v3")
     assert p.logical_nc_config == 2
-    assert torch.neuron.get_amp_supported_dtype() == [torch.float32, torch.float16, torch.bfloat16]
+    assert torch.neuron.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
 
 
 def test_printing_does_not_fall_back():

@@ -393,16 +393,17 @@ def test_activation_inplace(name):
 
 def test_ops_are_native_and_async():
     x = torch.ones(1 << 20, device=DEV)
-    torch_neuronx._C._debug_launch_sleep(0, 50)
-    import time
-
-    t0 = time.perf_counter()
-    y = torch.nn.functional.gelu(x * 2 + 1)
-    enqueue_s = time.perf_counter() - t0
+    gate = torch_neuronx._C._debug_launch_gate(0)  # holds the stream until opened
+    try:
+        y = torch.nn.functional.gelu(x * 2 + 1)
+        # The ops returned while the gate still held the stream: none of them waited for the
+        # device (a CPU fallback or a blocking launch would have synchronized first).
+        assert gate.wait_entered() and not gate.is_open
+        assert not torch.neuron.current_stream().query()
+    finally:
+        gate.open()
     torch.neuron.synchronize()
-    # The ops were queued behind a 50 ms sleep: returning before it finished proves the
-    # launch did not block the host.
-    assert enqueue_s < 0.045
+    assert not gate.timed_out
     assert y[0].item() == pytest.approx(torch.nn.functional.gelu(torch.tensor(3.0)).item())
     executed = torch_neuronx.get_executed_ops()
     for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::gelu"):

@@ -4,14 +4,16 @@ under torch.compile), and run.py runs every variant.
 
 Tolerance: every variant computes in bf16 with fp32 accumulation, but rounds intermediates at
 different points (fused kernels keep fp32 where the baseline rounds to bf16, e.g. the SwiGLU
-product). Logits may differ by a few bf16 ulps of the logit scale: atol = rtol = 1e-2 relative
-to the largest logit. Greedy tokens must be identical.
+product). Logits may differ by a few bf16 ulps of the logit scale (the N(0, 0.1) init gives
+activations of order 1, where a bf16 ulp is 2^-7): atol = rtol = 2e-2 relative to the largest
+logit. Greedy tokens must be identical.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
 import subprocess
 import sys
@@ -33,28 +35,26 @@ MODULES = {
 PROMPT = [1, 415, 2936, 9060, 285, 1142, 461, 10575]
 
 
-def build(variant: str, size: str, embed_scale: float = 1.0):
+def build(variant: str, size: str):
     mod = importlib.import_module(MODULES[variant])
     cfg = SIZES[size]
     torch.manual_seed(0)
     dev = torch.device("neuron")
     model = mod.Llama(cfg).to(device=dev, dtype=torch.bfloat16).eval()
-    if embed_scale != 1.0:  # smaller tied embeddings: the layers, not the input token, decide
-        with torch.no_grad():
-            model.embed.weight.mul_(embed_scale)
     return mod, model, cfg, dev
 
 
 @torch.no_grad()
-def generate(variant: str, size: str, steps: int, embed_scale: float = 1.0):
-    _, model, cfg, dev = build(variant, size, embed_scale)
+def generate(variant: str, size: str, steps: int, forced: list[int] | None = None):
+    """Greedy decoding; with `forced`, the tokens fed back are those (teacher forcing)."""
+    _, model, cfg, dev = build(variant, size)
     cos, sin = model.rope(dev, torch.float32)
     kc, vc = model.new_cache(1, dev, torch.bfloat16)
     prompt = torch.tensor([[t % cfg.vocab_size for t in PROMPT]], dtype=torch.int32, device=dev)
     logits = [model(prompt, torch.arange(len(PROMPT), dtype=torch.int32, device=dev), cos, sin, kc, vc)]
     ids = [int(logits[-1].argmax(-1))]
     for i in range(steps):
-        tok = torch.tensor([[ids[-1]]], dtype=torch.int32, device=dev)
+        tok = torch.tensor([[forced[i] if forced else ids[-1]]], dtype=torch.int32, device=dev)
         logits.append(
             model(tok, torch.tensor([len(PROMPT) + i], dtype=torch.int32, device=dev), cos, sin, kc, vc)
         )
@@ -63,19 +63,17 @@ def generate(variant: str, size: str, steps: int, embed_scale: float = 1.0):
     return ids, [lg.float().cpu() for lg in logits], (kc.float().cpu(), vc.float().cpu())
 
 
-def assert_logits_close(a, b):
+def assert_logits_close(a, b, tol=2e-2):
     for x, y in zip(a, b):
         scale = y.abs().max().item()
-        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-2 * scale)
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol * scale)
 
 
-@pytest.mark.parametrize("embed_scale", [1.0, 0.02])
-def test_variants_match_base_tiny(embed_scale):
-    base_ids, base_logits, base_cache = generate("base", "tiny", 10, embed_scale)
-    if embed_scale != 1.0:
-        assert len(set(base_ids)) > 1  # a sequence that actually changes
+def test_variants_match_base_tiny():
+    base_ids, base_logits, base_cache = generate("base", "tiny", 10)
+    assert len(set(base_ids)) > 1  # a sequence that actually changes
     for variant in ("core", "experimental"):
-        ids, logits, cache = generate(variant, "tiny", 10, embed_scale)
+        ids, logits, cache = generate(variant, "tiny", 10)
         assert ids == base_ids, variant
         assert_logits_close(logits, base_logits)
         for x, y in zip(cache, base_cache):  # the static KV caches hold the same keys/values
@@ -85,7 +83,7 @@ def test_variants_match_base_tiny(embed_scale):
 def test_variants_match_base_with_a_batch_of_two():
     outs = {}
     for variant in MODULES:
-        _, model, _cfg, dev = build(variant, "tiny", 0.02)
+        _, model, _cfg, dev = build(variant, "tiny")
         cos, sin = model.rope(dev, torch.float32)
         kc, vc = model.new_cache(2, dev, torch.bfloat16)
         toks = torch.tensor([[1, 2, 3, 4, 5], [9, 8, 7, 6, 5]], dtype=torch.int32, device=dev)
@@ -109,7 +107,63 @@ def test_variants_match_base_small():
     for variant in ("core", "experimental"):
         ids, logits, _ = generate(variant, "small", 2)
         assert ids == base_ids, variant
-        assert_logits_close(logits, base_logits)
+        # 6 layers of 512: the rounding differences add up to ~3% of the largest logit (measured
+        # up to 0.37 at 11 over 50 decode steps).
+        assert_logits_close(logits, base_logits, tol=5e-2)
+
+
+def bf16_ulp(x: float) -> float:
+    return 2.0 ** (math.floor(math.log2(abs(x))) - 7)
+
+
+def test_variants_pick_the_base_token_wherever_the_base_is_decisive():
+    """The small model's greedy decode, teacher-forced with the base's tokens: every variant picks
+    the base's token at each step whose top-2 logit margin is beyond the variants' rounding
+    differences (4 bf16 ulps of the top logit). With random weights some steps are near-ties
+    (bf16 logits tie often over 32000 tokens); there either token is right."""
+    steps = 16
+    base_ids, base_logits, _ = generate("base", "small", steps)
+    decisive = []
+    for lg in base_logits:
+        top2 = lg[-1].topk(2).values
+        decisive.append(float(top2[0] - top2[1]) > 4 * bf16_ulp(float(top2[0])))
+    assert sum(decisive) >= steps // 2  # the check has teeth
+    for variant in ("core", "experimental"):
+        ids, _, _ = generate(variant, "small", steps, forced=base_ids[:-1])
+        wrong = [i for i, (a, b, d) in enumerate(zip(ids, base_ids, decisive)) if d and a != b]
+        assert not wrong, (variant, wrong)
+
+
+def test_the_random_model_is_not_degenerate():
+    """Greedy ids vary and top-p sampling leaves the greedy path (PyTorch's default init made the
+    model repeat its last input token whatever the decoding)."""
+    _, model, cfg, dev = build("base", "small")
+    cos, sin = model.rope(dev, torch.float32)
+    kc, vc = model.new_cache(1, dev, torch.bfloat16)
+    ids, _, _ = generate("base", "small", 24)
+    assert len(set(ids)) > 12
+    # The distribution of the first token is spread out at the lab's temperature 0.8.
+    prompt = torch.tensor([PROMPT], dtype=torch.int32, device=dev)
+    with torch.no_grad():
+        logits = model(prompt, torch.arange(len(PROMPT), dtype=torch.int32, device=dev), cos, sin, kc, vc)
+    probs = torch.softmax(logits.float().cpu()[-1] / 0.8, -1)
+    assert probs.max() < 0.9  # top-p 0.9 keeps more than the greedy token
+    assert int((probs.sort(descending=True).values.cumsum(0) < 0.9).sum()) + 1 > 10
+
+
+def test_params_line_of_the_small_model():
+    _, model, _, _ = build("base", "small")
+    n = sum(p.numel() for p in model.parameters())
+    assert f"Params  : {n:,}  ({n * 2 / 2**20:.1f} MB bfloat16)" == "Params  : 41,556,480  (79.3 MB bfloat16)"
+
+
+def test_nki_ops_head_shows_the_wrap_nki_and_nki_op_pattern():
+    """Lab 2 Step 2: `cat nki_ops.py | head -30`."""
+    with open(os.path.join(LAB2, "nki_ops.py")) as f:
+        head = "".join(f.readlines()[:30])
+    assert "from torch_neuronx import nki_op, wrap_nki" in head
+    assert "mlp_kernel = wrap_nki(mlp)" in head
+    assert '@nki_op("nkilib::mlp"' in head and "def nki_mlp(" in head and "return out[0]" in head
 
 
 def test_same_weights_as_base():

@@ -202,8 +202,13 @@ def test_complex_uses_the_visible_cpu_fallback():
 def test_products_are_queued_not_blocking():
     a = torch.randn(64, 64, device=N)
     torch.neuron.synchronize()
-    torch_neuronx._C._debug_launch_sleep(0, 300)
-    out = a @ a  # queued behind the sleeping task: returns before it has run
-    assert not torch.neuron.current_stream().query()
+    gate = torch_neuronx._C._debug_launch_gate(0)  # holds the stream until opened
+    try:
+        out = a @ a  # queued behind the gate: returns before it has run
+        assert gate.wait_entered()
+        assert not torch.neuron.current_stream().query()
+    finally:
+        gate.open()
     torch.neuron.synchronize()
+    assert not gate.timed_out
     torch.testing.assert_close(out.cpu(), a.cpu() @ a.cpu(), rtol=1e-5, atol=1e-5)

@@ -60,8 +60,13 @@ def close(actual, expected, dtype):
 
 
 def twice(kernel, **kwargs):
-    """Runs the kernel twice (checked, then fast paths) on fresh copies of mutated inputs."""
-    return kernel(**kwargs), kernel(**kwargs)
+    """Runs the kernel twice (checked, then fast paths), each run on fresh copies of the tensor
+    arguments, so that a kernel writing into an input cannot feed its first result to the second."""
+
+    def fresh():
+        return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+
+    return kernel(**fresh()), kernel(**fresh())
 
 
 def rnd(*shape, dtype=torch.float32, scale=1.0):

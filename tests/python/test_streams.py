@@ -1,5 +1,3 @@
-import time
-
 import pytest
 import torch
 import torch_neuronx
@@ -7,18 +5,25 @@ import torch_neuronx
 
 def test_work_is_queued_then_synchronized():
     x = torch.ones(1000, device="neuron")
-    t0 = time.perf_counter()
-    torch_neuronx._C._debug_launch_sleep(0, 200)
-    x.fill_(3.0)  # queued behind the sleep
-    queued = time.perf_counter() - t0
-    stream = torch.neuron.current_stream()
-    assert not stream.query()  # still running
-    assert not torch.neuron.query()
+    gate = torch_neuronx._C._debug_launch_gate(0)  # holds the stream until opened
+    try:
+        x.fill_(3.0)  # queued behind the gate: returns while the gate still holds the stream
+        assert gate.wait_entered()
+        stream = torch.neuron.current_stream()
+        assert not stream.query()  # the gate task and the fill are pending
+        assert not torch.neuron.query()
+    finally:
+        gate.open()
     torch.neuron.synchronize()
+    assert not gate.timed_out  # nothing waited for the stream while the gate was closed
     assert stream.query() and torch.neuron.query()
     assert x.sum().item() == 3000.0
-    # The launches returned before the 200 ms of device work finished.
-    assert queued < 0.2
+
+
+def test_a_gate_that_is_never_opened_times_out():
+    gate = torch_neuronx._C._debug_launch_gate(0, 0.05)
+    torch.neuron.synchronize()
+    assert gate.timed_out and not gate.is_open
 
 
 def test_failing_queued_op_surfaces_at_synchronize_with_its_name():

@@ -9,6 +9,14 @@ from .transformer_block import TransformerBlock
 
 DESCRIPTION = "Baseline (pure PyTorch ops, RoPE, static KV cache)"
 
+# Random weights, drawn N(0, INIT_STD) for the embedding and every projection (RMSNorm gains
+# stay 1). PyTorch's default init makes this tied-embedding model degenerate: the N(0, 1)
+# embedding of the input token dominates the residual stream, so the model repeats its input
+# and sampling returns the greedy token. At 0.1 the layers drive the residual stream and the
+# next-token distribution is neither flat nor one-hot (~2000 tokens hold 90% of the mass at the
+# lab's temperature 0.8), so greedy ids vary and top-p sampling differs from greedy.
+INIT_STD = 0.1
+
 
 class Llama(nn.Module):
     block_cls = TransformerBlock
@@ -21,6 +29,16 @@ class Llama(nn.Module):
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied embeddings
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self, std: float = INIT_STD) -> None:
+        """Draws every embedding and projection weight from N(0, std), in module order."""
+        seen = set()
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)) and id(m.weight) not in seen:
+                seen.add(id(m.weight))
+                m.weight.normal_(0.0, std)
 
     def new_cache(self, batch: int, device, dtype):
         cfg = self.cfg

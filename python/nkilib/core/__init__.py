@@ -3,7 +3,7 @@ real library::
 
     from nkilib.core.mlp.mlp import mlp
     from nkilib.core.subkernels.rmsnorm_tkg import rmsnorm_tkg
-    from nkilib.core.normalization.rmsnorm import rmsnorm
+    from nkilib.core.rmsnorm.rmsnorm import rmsnorm
     from nkilib.core.embeddings.rope import RoPE
     from nkilib.core.embeddings.rope_hf import rope_hf
     from nkilib.core.qkv.qkv import qkv

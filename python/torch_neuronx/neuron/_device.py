@@ -70,7 +70,8 @@ def set_device(device: _device_t) -> None:
     _lazy_init()
     n = device_count()
     if idx >= n:
-        raise RuntimeError(f"neuron:{idx} is not available: this process sees {n} logical NeuronCores")
+        raise RuntimeError(f"The device index is out of range: neuron:{idx} is not available, this process "
+                           f"sees {n} logical NeuronCores")
     _C._set_device(idx)
 
 
@@ -139,7 +140,9 @@ def get_device_name(device: _device_t = None) -> str:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.float32, torch.float16, torch.bfloat16]
+    """The lower-precision dtypes autocast can target (float32 is not one: torch.autocast warns
+    and disables itself, as for CUDA's unsupported dtypes)."""
+    return [torch.bfloat16, torch.float16]
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

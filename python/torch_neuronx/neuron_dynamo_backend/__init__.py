@@ -23,9 +23,10 @@ def __getattr__(name: str) -> Any:
 
 
 _REGISTRY = "torch._dynamo.backends.registry"
+_DEVICE_INTERFACE = "torch._dynamo.device_interface"
 
 
-def _register_now() -> None:
+def _register_backend() -> None:
     registry = sys.modules[_REGISTRY]
     if "neuron" not in registry._COMPILER_FNS:
         from .backend import neuron_backend
@@ -33,13 +34,23 @@ def _register_now() -> None:
         registry.register_backend(neuron_backend, name="neuron")
 
 
+def _register_device_interface() -> None:
+    from .device_interface import register
+
+    register()
+
+
+_ON_IMPORT = {_REGISTRY: _register_backend, _DEVICE_INTERFACE: _register_device_interface}
+
+
 class _RegisterOnImport:
     """A meta-path finder that registers the backend right after Dynamo's backend registry is
-    imported, so ``import torch`` does not pay for importing Dynamo (the entry point in
-    pyproject.toml does the same for installed packages)."""
+    imported, and the device interface after ``torch._dynamo.device_interface``, so ``import
+    torch`` does not pay for importing Dynamo (the entry point in
+    distributions/torch-neuronx/pyproject.toml registers the backend for installed packages)."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != _REGISTRY:
+        if fullname not in _ON_IMPORT:
             return None
         sys.meta_path.remove(self)
         try:
@@ -53,17 +64,19 @@ class _RegisterOnImport:
 
         def exec_module(module):
             original(module)
-            _register_now()
+            _ON_IMPORT[fullname]()
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def _install() -> None:
-    if _REGISTRY in sys.modules:
-        _register_now()
-        return
-    if not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+    for name, register in _ON_IMPORT.items():
+        if name in sys.modules:
+            register()
+    if not all(name in sys.modules for name in _ON_IMPORT) and not any(
+        isinstance(f, _RegisterOnImport) for f in sys.meta_path
+    ):
         sys.meta_path.insert(0, _RegisterOnImport())
 
 

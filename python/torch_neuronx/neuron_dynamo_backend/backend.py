@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 from .. import _C
+from .._progress import slow_step
 from . import (
     artifacts,
     decompositions,
@@ -287,8 +288,10 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode
     """The ``neuron`` torch.compile backend (registered through the ``torch_dynamo_backends``
     entry point and on import of torch_neuronx)."""
     t0 = time.perf_counter()
+    n_ops = sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
     try:
-        return _neuron_backend(gm, example_inputs, mode, options, **kwargs)
+        with slow_step(f"torch.compile(backend=\"neuron\"): compiling a graph of {n_ops} ops into a NEFF"):
+            return _neuron_backend(gm, example_inputs, mode, options, **kwargs)
     finally:
         metrics.record_backend_time(time.perf_counter() - t0)
 

@@ -1,7 +1,7 @@
 """FX (aten) graph -> Neuron IR, through the C++ GraphBuilder.
 
 Every supported aten overload has a rule here that emits IR ops; ``Unsupported`` marks a node
-the compiler cannot take (it then runs eagerly, see ``partition.py``). Types come from the
+the compiler cannot take (it then runs eagerly, see ``_split_and_compile`` in ``backend.py``). Types come from the
 FX node metadata (``meta["val"]``), so the IR carries the exact dtypes eager would produce.
 """
 

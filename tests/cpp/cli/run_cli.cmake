@@ -7,6 +7,8 @@ foreach(var NEURON_EMU_INSTANCE_TYPE NEURON_LOGICAL_NC_CONFIG NEURON_RT_VIRTUAL_
             NEURON_RT_VISIBLE_CORES NEURON_RT_NUM_CORES NEURON_EMU_HBM_GB)
   list(APPEND unset --unset=${var})
 endforeach()
+# An empty process registry: processes of other test runs must not show up in golden output.
+list(APPEND unset NEURON_EMU_REGISTRY_DIR=${CMAKE_CURRENT_BINARY_DIR}/no-such-registry)
 string(REPLACE "|" ";" ARGS "${ARGS}")
 string(REPLACE "|" ";" ENV "${ENV}")
 execute_process(
