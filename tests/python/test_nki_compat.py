@@ -419,3 +419,32 @@ def test_kernel_returns_a_reshaped_hbm_output():
 
     with pytest.raises(TypeError, match="partial or reinterpreted view"):
         partial(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement rules at the hardware's byte granularity
+
+
+def _placed_pair(second_offset):
+    @nki.jit
+    def k(x):
+        a = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        b = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf, address=(0, second_offset))
+        nisa.dma_copy(dst=a, src=x)
+        nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    return k
+
+
+def test_adjacent_manually_placed_tensors_do_not_overlap():
+    x = _rand(128, 1)
+    np.testing.assert_array_equal(_placed_pair(4)(x), x + (x + np.float32(1)))  # 4 bytes apart: packed
+
+
+def test_overlapping_manually_placed_tensors_are_rejected():
+    with pytest.raises(nki.NkiValidationError, match=r"overlaps live tensor .*bytes \[0, 4\)"):
+        _placed_pair(2)(_rand(128, 1))  # 2 bytes apart: the second float shares bytes 2..3
