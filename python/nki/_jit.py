@@ -4,6 +4,7 @@ CPU tensors or neuron tensors (one task on the device's current stream)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import enum
@@ -350,6 +351,12 @@ class Kernel:
             for info in tr.hbm:
                 if info["kind"] == "in":
                     slots.append({"kind": "in", "arg": info["arg"], "name": info["name"]})
+                elif info["kind"] == "const":
+                    data = info["data"]
+                    slots.append({
+                        "kind": "const", "name": info["name"], "shape": list(data.shape),
+                        "dtype": info["dtype"], "data": base64.b64encode(data.tobytes()).decode(),
+                    })
                 elif info["kind"] == "shared":
                     slots.append({"kind": "shared", "index": len(shared_here)})
                     shared_here.append(
@@ -359,6 +366,12 @@ class Kernel:
                     n = math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
                     slots.append({"kind": "private", "bytes": max(n, 1), "name": info["name"]})
             for slot, _name, _dt, _shape, is_input, written, _nb in tr.program.hbm_buffers():
+                if slots[slot]["kind"] == "const":
+                    if written:
+                        raise ValueError(
+                            f"{self.func.__qualname__}: writes the read-only nl.shared_constant '{slots[slot]['name']}'"
+                        )
+                    continue
                 if is_input and written:
                     written_inputs.add(slots[slot]["arg"])
             if shared_specs is None:
@@ -442,6 +455,7 @@ class _Run:
         import numpy as np
 
         self.framework = framework
+        self.device_key = str(device) if framework == "neuron" else "cpu"
         meta = traced.meta
         self.originals = tensors
         self.args = []
@@ -486,6 +500,27 @@ class _Run:
                 for inst in meta["instances"]
             ]
 
+    def _const(self, traced: TracedKernel, k: int, j: int, s: dict):
+        """The array of a shared constant (decoded once per traced kernel and device)."""
+        import numpy as np
+
+        cache = traced.__dict__.setdefault("_consts", {})
+        dev = self.device_key
+        key = (k, j, dev)
+        hit = cache.get(key)
+        if hit is None:
+            arr = np.frombuffer(base64.b64decode(s["data"]), dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"])))
+            arr = arr.reshape(s["shape"]).copy()
+            if self.framework != "numpy":
+                import torch
+
+                t = torch.from_numpy(arr.view(np.uint8).reshape(-1)).view(dt.torch_dtype(dt.to_dtype(s["dtype"])))
+                hit = t.reshape(s["shape"]).to(dev) if dev != "cpu" else t.reshape(s["shape"])
+            else:
+                hit = arr
+            cache[key] = hit
+        return hit
+
     @staticmethod
     def _ptr(x) -> tuple[int, int]:
         if hasattr(x, "data_ptr"):
@@ -504,6 +539,9 @@ class _Run:
                 elif s["kind"] == "shared":
                     p, n = self._ptr(self.shared[s["index"]])
                     lst.append((p, n, meta["shared"][s["index"]]["name"], False, False))
+                elif s["kind"] == "const":
+                    p, n = self._ptr(self._const(traced, k, j, s))
+                    lst.append((p, n, s["name"], True, False))
                 else:
                     p, n = self._ptr(self.private[k][j])
                     lst.append((p, n, "", False, True))

@@ -281,6 +281,22 @@ def _fill(t: NkiTensor, value) -> None:
     nisa.dma_copy(dst=dst, src=src)
 
 
+def shared_constant(constant, dtype=None, name="") -> NkiTensor:
+    """A read-only HBM tensor holding `constant` (a numpy array, or anything numpy converts),
+    converted to `dtype` (default: the array's dtype). The values are part of the traced kernel
+    (and its cache key); every launch binds the same bytes."""
+    import numpy as np
+
+    tr = _tracer.current()
+    arr = np.asarray(constant)
+    d = _dt.to_dtype(dtype) if dtype is not None else _dt.to_dtype(arr.dtype)
+    arr = np.ascontiguousarray(arr.astype(_dt.numpy_dtype(d)))
+    t = new_tensor(arr.shape or (1,), d, hbm, name or "shared_constant", is_input=True)
+    t._b.slot_info.update(kind="const", data=arr.reshape(arr.shape or (1,)))
+    tr.hbm_consts = getattr(tr, "hbm_consts", 0) + 1
+    return t
+
+
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
     """An n x n identity matrix in SBUF (built with memset + affine_select on GpSimd)."""
     from . import isa as nisa

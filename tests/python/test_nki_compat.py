@@ -448,3 +448,40 @@ def test_adjacent_manually_placed_tensors_do_not_overlap():
 def test_overlapping_manually_placed_tensors_are_rejected():
     with pytest.raises(nki.NkiValidationError, match=r"overlaps live tensor .*bytes \[0, 4\)"):
         _placed_pair(2)(_rand(128, 1))  # 2 bytes apart: the second float shares bytes 2..3
+
+
+# ---------------------------------------------------------------------------------------------
+# nl.shared_constant
+
+
+def test_shared_constant_tensors():
+    @nki.jit
+    def mix(x):
+        ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=x.dtype)
+        ramp = nl.shared_constant(np.arange(x.shape[1], dtype=np.float32)[None, :].repeat(128, 0))
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        # identity^T @ x == x, plus the ramp
+        mm = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=mm, stationary=nl.load(ident), moving=nl.load(x))
+        nl.store(out, value=nl.add(mm, nl.load(ramp)))
+        return out
+
+    x = _rand(128, 32)
+    want = x + np.arange(32, dtype=np.float32)
+    np.testing.assert_allclose(mix(x), want, rtol=1e-6)
+    np.testing.assert_allclose(mix(x), want, rtol=1e-6)  # second launch: same constant bytes
+    import torch
+
+    got = mix(torch.from_numpy(x))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    got = mix(torch.from_numpy(x).to("neuron"))
+    np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-6)
+
+    @nki.jit
+    def writes_constant(x):
+        c = nl.shared_constant(np.zeros((128, 4), dtype=np.float32))
+        nisa.dma_copy(dst=c, src=x)
+        return x
+
+    with pytest.raises(ValueError, match="read-only nl.shared_constant"):
+        writes_constant(_rand(128, 4))
