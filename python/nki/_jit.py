@@ -364,7 +364,10 @@ class Kernel:
                     )
                 else:
                     n = math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
-                    slots.append({"kind": "private", "bytes": max(n, 1), "name": info["name"]})
+                    slot = {"kind": "private", "bytes": max(n, 1), "name": info["name"]}
+                    if "print" in info:  # nl.device_print buffer
+                        slot.update(print=info["print"], shape=list(info["shape"]), dtype=info["dtype"])
+                    slots.append(slot)
             for slot, _name, _dt, _shape, is_input, written, _nb in tr.program.hbm_buffers():
                 if slots[slot]["kind"] == "const":
                     if written:
@@ -548,6 +551,22 @@ class _Run:
             out.append(lst)
         return out
 
+    def device_prints(self, traced: TracedKernel) -> None:
+        """Prints the nl.device_print buffers of every program, in program order."""
+        import numpy as np
+
+        many = len(traced.meta["instances"]) > 1
+        for k, inst in enumerate(traced.meta["instances"]):
+            for j, s in enumerate(inst["slots"]):
+                if "print" not in s:
+                    continue
+                raw = self.private[k][j]
+                raw = raw.cpu().numpy() if hasattr(raw, "cpu") else raw
+                vals = np.frombuffer(raw.tobytes(), dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"])))
+                vals = vals[: math.prod(s["shape"])].reshape(s["shape"])
+                where = f"[program {tuple(inst['pid'])}] " if many else ""
+                print(f"{where}{s['print']} {vals}", flush=True)
+
     def finish(self) -> None:
         for orig, c in self.copy_back:
             if hasattr(orig, "copy_"):
@@ -614,16 +633,24 @@ def _execute(
     run = _Run(traced, tensors, framework, device)
     bindings = run.bindings(traced)
     want = _want_check(traced, check)
+    prints = any("print" in s for inst in traced.meta["instances"] for s in inst["slots"])
     if framework == "neuron" and not host:
         core().launch(
             traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
         )
         traced.checked = traced.checked or want
         run.finish()
+        if prints:
+            import torch
+
+            torch.neuron.synchronize(device)
+            run.device_prints(traced)
         return run.outputs(traced)
     traces = core().run(traced.programs, bindings, want, record, _max_iterations())
     traced.checked = traced.checked or want
     run.finish()
+    if prints:
+        run.device_prints(traced)
     outs = run.outputs(traced)
     if record:
         return outs, traces

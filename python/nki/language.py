@@ -297,6 +297,22 @@ def shared_constant(constant, dtype=None, name="") -> NkiTensor:
     return t
 
 
+def device_print(print_prefix, tensor: NkiTensor) -> None:
+    """Prints `tensor` when the kernel runs (every execution, every program of a grid), as
+    ``<print_prefix> <values>``: the values are copied to an HBM print buffer at this point of
+    the program and printed after the launch finishes. Inside a runtime loop the last
+    iteration's values are printed."""
+    from . import isa as nisa
+
+    if not _is_t(tensor):
+        raise TypeError(f"nl.device_print: expected a tensor, got {tensor!r}")
+    with _tracer.api("nki.language.device_print"):
+        buf = new_tensor(tensor.shape or (1,), tensor.dtype, private_hbm, f"device_print_{print_prefix}")
+        buf._b.slot_info["print"] = str(print_prefix)
+        src = tensor if tensor.buffer != psum else _as_sbuf(tensor)
+        nisa.dma_copy(dst=buf if buf.shape == src.shape else buf.reshape(src.shape), src=src)
+
+
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
     """An n x n identity matrix in SBUF (built with memset + affine_select on GpSimd)."""
     from . import isa as nisa

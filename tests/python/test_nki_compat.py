@@ -485,3 +485,24 @@ def test_shared_constant_tensors():
 
     with pytest.raises(ValueError, match="read-only nl.shared_constant"):
         writes_constant(_rand(128, 4))
+
+
+def test_device_print_prints_at_run_time_every_execution(capfd):
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        nl.device_print("loaded", t)
+        u = nl.multiply(t, 2.0)
+        nl.device_print("doubled", u)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=u)
+        return out
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    capfd.readouterr()
+    k(x)
+    k(x + 1)
+    got = capfd.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in got if ln.strip() and not ln.startswith(" ")] == ["loaded", "doubled"] * 2
+    text = "\n".join(got)
+    assert "14." in text and "16." in text  # 2 * 7 in the first run, 2 * 8 in the second
