@@ -313,6 +313,24 @@ def device_print(print_prefix, tensor: NkiTensor) -> None:
         nisa.dma_copy(dst=buf if buf.shape == src.shape else buf.reshape(src.shape), src=src)
 
 
+def _unmodeled(name: str, what: str):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(
+            f"nki.language.{name} ({what}) is not modeled by neuron-emu yet; see the compatibility table in docs/nki.md"
+        )
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Not modeled by neuron-emu yet ({what}): calling it raises NotImplementedError."
+    return fn
+
+
+rand = _unmodeled("rand", "random numbers")
+random_seed = _unmodeled("random_seed", "random numbers")
+dropout = _unmodeled("dropout", "random numbers")
+loop_reduce = _unmodeled("loop_reduce", "reduction across the iterations of an unrolled loop (old API)")
+gather_flattened = _unmodeled("gather_flattened", "gathers")
+
+
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
     """An n x n identity matrix in SBUF (built with memset + affine_select on GpSimd)."""
     from . import isa as nisa

@@ -506,3 +506,31 @@ def test_device_print_prints_at_run_time_every_execution(capfd):
     assert [ln.split()[0] for ln in got if ln.strip() and not ln.startswith(" ")] == ["loaded", "doubled"] * 2
     text = "\n".join(got)
     assert "14." in text and "16." in text  # 2 * 7 in the first run, 2 * 8 in the second
+
+
+# ---------------------------------------------------------------------------------------------
+# What neuron-emu does not model yet fails loudly, naming the API (and the target for v4)
+
+
+def test_unmodeled_apis_raise_naming_themselves():
+    from nki.collectives import ReplicaGroup, all_gather  # noqa: F401  (the real library imports these)
+
+    @nki.jit
+    def mx(x):
+        nisa.nc_matmul_mx(dst=None, stationary=None, moving=None, stationary_scale=None, moving_scale=None)
+        return x
+
+    with pytest.raises(NotImplementedError, match=r"nc_matmul_mx is a NeuronCore-v4 \(trn3\) instruction.*trn2"):
+        nki.jit(platform_target="trn2")(mx.func)(_rand(4, 4))
+    with pytest.raises(NotImplementedError, match="nc_matmul_mx .* not modeled"):
+        nki.jit(platform_target="trn3")(mx.func)(_rand(4, 4))
+
+    @nki.jit
+    def rng(x):
+        nl.rand((128, 4), nl.float32)
+        return x
+
+    with pytest.raises(NotImplementedError, match="nki.language.rand .*random numbers"):
+        rng(_rand(4, 4))
+    with pytest.raises(NotImplementedError, match="nki.collectives.all_gather"):
+        all_gather()
