@@ -5,15 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
+#include "error.h"
 #include "metrics.h"
+#include "runtime/cache_file.h"
 #include "runtime/env.h"
 
 namespace neuron::cc {
@@ -42,11 +42,16 @@ NeffCache& NeffCache::instance() {
 }
 
 std::string NeffCache::path_for(const CacheConfig& c, const std::string& key) const {
-  return c.dir + "/" + key + ".neff";
+  if (!rt::is_cache_key(key))
+    throw CompileError(rt::str("NEFF cache key '", key,
+                               "' is not a hex digest: refusing to use it as a file name under ",
+                               c.dir));
+  return rt::cache_entry_path(c.dir, key, ".neff");
 }
 
 void NeffCache::clear_memory() {
   std::lock_guard<std::mutex> lock(mu_);
+  rejected_.clear();
   map_.clear();
   lru_.clear();
   total_bytes_ = 0;
@@ -88,25 +93,76 @@ void NeffCache::memory_insert(const CacheConfig& c, const std::string& key,
   }
 }
 
-std::shared_ptr<const Neff> NeffCache::disk_lookup(const std::string& path, size_t* bytes) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return nullptr;
+namespace {
+
+// Why `n` is not the NEFF a lookup asked for, or "" when it is.
+std::string mismatch(const Neff& n, const std::string& key, const EntryCheck& check) {
+  auto meta = [&](const char* k) {
+    auto it = n.metadata.find(k);
+    return it == n.metadata.end() ? std::string("<none>") : it->second;
+  };
+  if (meta("cache_key") != key)
+    return rt::str("it holds the NEFF of cache_key ", meta("cache_key"), " (graph '",
+                   meta("graph"), "')");
+  if (!check.graph_hash.empty() && meta("graph_hash") != check.graph_hash)
+    return rt::str("its graph hash ", meta("graph_hash"), " is not the graph's ",
+                   check.graph_hash);
+  if (check.target && !(n.target == *check.target))
+    return rt::str("it was compiled for ", n.target.str(), ", this process runs ",
+                   check.target->str());
+  auto sig = [](const std::vector<IOSpec>& have, const std::vector<IOSpec>& want, bool strides) {
+    if (have.size() != want.size()) return false;
+    for (size_t i = 0; i < have.size(); ++i)
+      if (have[i].dtype != want[i].dtype || have[i].shape != want[i].shape ||
+          (strides && !want[i].strides.empty() && have[i].strides != want[i].strides))
+        return false;
+    return true;
+  };
+  if (check.inputs && !sig(n.program.inputs, *check.inputs, true))
+    return "its input signature differs from the graph's";
+  if (check.outputs && !sig(n.program.outputs, *check.outputs, false))
+    return "its output signature differs from the graph's";
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<const Neff> NeffCache::disk_lookup(const std::string& path,
+                                                   const std::string& key,
+                                                   const EntryCheck& check, size_t* bytes) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return nullptr;
-  std::vector<uint8_t> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  try {
-    auto n = std::make_shared<const Neff>(read_neff(data.data(), data.size(), path));
-    *bytes = data.size();
-    add_seconds("cache_load_seconds",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return n;
-  } catch (const NeffError& e) {
-    add_metric("cache_corrupted", 1);
-    push_warning(rt::str("NEFF cache entry rejected and recompiled: ", e.what()));
-    fs::remove(path, ec);
-    return nullptr;
+  std::vector<uint8_t> data;
+  std::string why;
+  const rt::ReadStatus st = rt::read_file(path, &data, &why);
+  if (st == rt::ReadStatus::Missing) return nullptr;
+  bool is_file = st == rt::ReadStatus::Ok;
+  if (is_file) {
+    try {
+      auto n = std::make_shared<const Neff>(read_neff(data.data(), data.size(), path));
+      why = mismatch(*n, key, check);
+      if (why.empty()) {
+        *bytes = data.size();
+        add_seconds("cache_load_seconds",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        return n;
+      }
+      why = rt::str(path, ": ", why);
+    } catch (const NeffError& e) {
+      why = e.what();
+    }
   }
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = rejected_.insert(path).second;
+  }
+  if (first) {
+    add_metric("cache_corrupted", 1);
+    push_warning(rt::str("NEFF cache entry rejected and recompiled: ", why));
+  }
+  std::error_code ec;
+  if (is_file) fs::remove(path, ec);
+  return nullptr;
 }
 
 namespace {
@@ -116,7 +172,10 @@ class FileLock {
  public:
   FileLock(const std::string& path, double timeout_s, bool* waited) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd_ < 0) return;
+    if (fd_ < 0) {
+      error_ = std::strerror(errno);
+      return;
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
       locked_ = true;
       return;
@@ -139,48 +198,23 @@ class FileLock {
     }
   }
   bool locked() const { return locked_; }
+  // Why the lock file could not be opened ("" when it was: then a timeout kept us out).
+  const std::string& error() const { return error_; }
 
  private:
+  std::string error_;
   int fd_ = -1;
   bool locked_ = false;
 };
-
-bool write_atomic(const std::string& path, const std::vector<uint8_t>& bytes, std::string* why) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = rt::str(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *why = std::strerror(errno);
-    return false;
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      *why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
-    done += static_cast<size_t>(w);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    *why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
-}
 
 }  // namespace
 
 std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
                                            const std::function<Neff()>& compile,
-                                           CacheSource* source, std::string* path_out) {
+                                           CacheSource* source, std::string* path_out,
+                                           const EntryCheck& check) {
   const CacheConfig cfg = CacheConfig::from_env();
+  const std::string path = path_for(cfg, key);  // validates the key before any file is named
   if (auto n = memory_lookup(key)) {
     add_metric("cache_hits_memory", 1);
     if (source) *source = CacheSource::Memory;
@@ -200,7 +234,6 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
     if (source) *source = CacheSource::Memory;
     return n;
   }
-  const std::string path = path_for(cfg, key);
   if (path_out) *path_out = cfg.disk ? path : "";
   auto compile_and_store = [&](bool write) -> std::shared_ptr<const Neff> {
     add_metric("cache_misses", 1);
@@ -213,7 +246,7 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
     add_metric("graphs_compiled", 1);
     if (write) {
       std::string why;
-      if (write_atomic(path, bytes, &why)) {
+      if (rt::write_file_atomic(path, bytes.data(), bytes.size(), &why)) {
         add_metric("cache_writes", 1);
       } else {
         push_warning(rt::str("could not write the NEFF cache entry ", path, ": ", why));
@@ -227,7 +260,7 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
   };
   if (!cfg.disk) return compile_and_store(false);
   size_t bytes = 0;
-  if (auto n = disk_lookup(path, &bytes)) {
+  if (auto n = disk_lookup(path, key, check, &bytes)) {
     add_metric("cache_hits_disk", 1);
     memory_insert(cfg, key, n, bytes);
     if (source) *source = CacheSource::Disk;
@@ -244,9 +277,12 @@ std::shared_ptr<const Neff> NeffCache::get(const std::string& key,
   FileLock lock(cfg.dir + "/.locks/" + key + ".lock", cfg.lock_timeout_s, &waited);
   if (waited) add_metric("cache_lock_waits", 1);
   if (!lock.locked())
-    push_warning(rt::str("could not lock the NEFF cache entry for ", key, " within ",
-                         cfg.lock_timeout_s, " s; compiling anyway"));
-  if (auto n = disk_lookup(path, &bytes)) {  // compiled by the process we waited for
+    push_warning(lock.error().empty()
+                     ? rt::str("could not lock the NEFF cache entry for ", key, " within ",
+                               cfg.lock_timeout_s, " s; compiling anyway")
+                     : rt::str("could not open the NEFF cache lock file for ", key, " in ",
+                               cfg.dir, "/.locks (", lock.error(), "); compiling anyway"));
+  if (auto n = disk_lookup(path, key, check, &bytes)) {  // compiled by the process we waited for
     add_metric("cache_hits_disk", 1);
     memory_insert(cfg, key, n, bytes);
     if (source) *source = CacheSource::Disk;

@@ -20,8 +20,9 @@ from . import _cache
 if _cache.enabled():
     _warnings.warn(
         "NKI_ENABLE_TRACE_CACHE=1: the NKI kernel compile cache is persisted across processes "
-        f"(traced kernels are stored in {_cache.cache_dir()} and reused by later runs with the same kernel "
-        "source and nki version; unset the variable to trace in every process)",
+        f"(traced kernels are stored in {_cache.cache_dir()} and reused by later runs while the kernel, the "
+        "sources that ran while tracing it and the values it read are unchanged; unset the variable to trace "
+        "in every process)",
         UserWarning,
         stacklevel=2,
     )

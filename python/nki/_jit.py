@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from . import _cache, _tracer
+from . import _cache, _deps, _tracer
 from . import _dtypes as dt
 from ._core import core, target
 from ._tensor import MemoryRegion, NkiTensor, new_tensor
@@ -162,17 +162,32 @@ def observe_launches(observer):
 
 # ---------------------------------------------------------------------------------------------
 
+_MEMORY_VARIANTS = 8  # traces kept per signature (one per set of global/closure values seen)
+
 
 class TracedKernel:
     """The specialized form of a kernel for one argument signature: one finalized program per
     grid instance, plus how its HBM tensors map to the launch's arguments and outputs."""
 
-    def __init__(self, programs: list, meta: dict):
+    def __init__(self, programs: list, meta: dict, deps: _deps.Deps | None = None):
         self.programs = programs
         self.meta = meta
-        self.checked = False
+        self.deps = deps if deps is not None else _deps.Deps()
+        self._checked = False  # a checked host run passed
+        self._device_check = None  # core().CheckState of checked device launches
         self.lock = threading.Lock()
         self._static_estimates = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether a run with the uninitialized-memory check passed (a failed or still-running
+        checked run does not count: the next call checks again)."""
+        return self._checked or (self._device_check is not None and self._device_check.passed)
+
+    def device_check_state(self):
+        if self._device_check is None:
+            self._device_check = core().CheckState()
+        return self._device_check
 
     def dump(self) -> str:
         """The instructions of every instance (only ISA instructions remain after tracing)."""
@@ -221,6 +236,11 @@ class Kernel:
         g = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
         return f"<nki.jit kernel {self.func.__qualname__}{g}>"
 
+    def _cache_identity(self) -> tuple:
+        """How a trace that read this kernel (a sub-kernel it calls) keys it: the code is covered
+        by the source files, the closure by the values recorded when it ran."""
+        return ("nki.jit", self.func.__module__, self.func.__qualname__, self.grid)
+
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
@@ -229,7 +249,7 @@ class Kernel:
     # -- cache -----------------------------------------------------------------------------------
     def cache_info(self) -> dict:
         """Counters: traces run, in-memory hits, disk (NKI_ENABLE_TRACE_CACHE) hits and stores."""
-        return dict(self._shared["stats"], entries=len(self._shared["cache"]))
+        return dict(self._shared["stats"], entries=sum(len(v) for v in self._shared["cache"].values()))
 
     def cache_clear(self) -> None:
         self._shared["cache"].clear()
@@ -275,43 +295,67 @@ class Kernel:
         shared = self._shared
         stats = shared["stats"]
         use_memory = os.environ.get("NKI_DISABLE_COMPILE_CACHE", "") != "1"
-        traced = shared["cache"].get(key) if use_memory else None
+        traced = self._memory_hit(key) if use_memory else None
         if traced is not None:
             stats["memory_hits"] += 1
             return traced, tensors, framework, device
         with shared["lock"]:
-            traced = shared["cache"].get(key) if use_memory else None
+            traced = self._memory_hit(key) if use_memory else None
             if traced is None:
                 traced = self._load_or_trace(bound, tgt, spec)
                 if use_memory:
-                    shared["cache"][key] = traced
+                    variants = shared["cache"].setdefault(key, [])
+                    variants.insert(0, traced)
+                    del variants[_MEMORY_VARIANTS:]
             else:
                 stats["memory_hits"] += 1
         return traced, tensors, framework, device
 
+    def _memory_hit(self, key) -> TracedKernel | None:
+        """The trace for `key` whose recorded globals and closure values still hold."""
+        for traced in self._shared["cache"].get(key, ()):
+            if traced.deps.valid_in_memory(self.func):
+                return traced
+        return None
+
     def _load_or_trace(self, bound, tgt: dict, spec) -> TracedKernel:
         stats = self._shared["stats"]
-        disk_key = None
+        material = None
         if _cache.enabled():
-            fp = _cache.source_fingerprint(self.func)
-            spec_s = repr(spec)
-            if fp is not None and " at 0x" not in spec_s:
-                disk_key = _cache.entry_key(fp, _version(), spec_s, self.grid, tgt)
-                hit = _cache.load(disk_key)
+            material = _cache.key_material(self.func, _version(), spec, self.grid, tgt)
+            if isinstance(material, str):
+                _cache.note_not_persisted(self.func, [material])
+                material = None
+            else:
+                hit = _cache.lookup(material, self.func)
                 if hit is not None:
                     meta, blobs = hit
                     try:
                         programs = [core().Program.deserialize(b) for b in blobs]
+                        deps = _deps.Deps.from_manifest(meta["deps"], self.func)
                     except Exception as e:  # noqa: BLE001 - a stale or damaged entry: retrace
                         log.warning("NKI trace cache entry unusable (%s); tracing again", e)
                     else:
                         stats["disk_hits"] += 1
-                        return TracedKernel(programs, meta)
-        traced = self._trace(bound, tgt)
+                        return TracedKernel(programs, meta, deps)
+        if material is not None:
+            # Only a trace that may be reused by another process pays for recording what it read
+            # (tracing runs 1.5-3x slower under it); in memory the static view suffices.
+            with _deps.Recorder(self.func) as rec:
+                traced = self._trace(bound, tgt)
+            traced.deps = rec.finish()
+        else:
+            traced = self._trace(bound, tgt)
+            traced.deps = _deps.static_deps(self.func)
         stats["traces"] += 1
-        if disk_key is not None:
-            _cache.store(disk_key, traced.meta, [p.serialize() for p in traced.programs])
-            stats["disk_stores"] += 1
+        if material is not None:
+            if traced.deps.unkeyable:
+                _cache.note_not_persisted(self.func, traced.deps.unkeyable)
+            else:
+                _cache.store(
+                    material, traced.deps.manifest(), traced.meta, [p.serialize() for p in traced.programs]
+                )
+                stats["disk_stores"] += 1
         return traced
 
     # -- tracing ----------------------------------------------------------------------------------
@@ -438,16 +482,9 @@ def _output_structure(ret, tr, name: str) -> dict:
 
 
 def _check_mode() -> str:
-    v = os.environ.get("NEURON_EMU_NKI_CHECK", "first").strip().lower()
-    if v in ("0", "never", "off", "false"):
-        return "never"
-    if v in ("always", "2", "all"):
-        return "always"
-    return "first"
-
-
-def _max_iterations() -> int:
-    return int(os.environ.get("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", str(1 << 31)))
+    """NEURON_EMU_NKI_CHECK as the native launches read it: "first", "always" or "never" (an
+    unknown value raises, naming the variable)."""
+    return core().check_policy()
 
 
 class _Run:
@@ -636,9 +673,14 @@ def _execute(
     prints = any("print" in s for inst in traced.meta["instances"] for s in inst["slots"])
     if framework == "neuron" and not host:
         core().launch(
-            traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
+            traced.programs,
+            bindings,
+            int(device.index or 0),
+            traced.meta["name"],
+            want,
+            0,  # NEURON_EMU_NKI_MAX_LOOP_ITERATIONS, read (and validated) natively
+            traced.device_check_state() if want else None,
         )
-        traced.checked = traced.checked or want
         run.finish()
         if prints:
             import torch
@@ -646,8 +688,9 @@ def _execute(
             torch.neuron.synchronize(device)
             run.device_prints(traced)
         return run.outputs(traced)
-    traces = core().run(traced.programs, bindings, want, record, _max_iterations())
-    traced.checked = traced.checked or want
+    traces = core().run(traced.programs, bindings, want, record)
+    if want:
+        traced._checked = True
     run.finish()
     if prints:
         run.device_prints(traced)

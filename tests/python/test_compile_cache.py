@@ -1,6 +1,8 @@
 """The NEFF cache across processes: a NEFF appears on disk, a second process loads it instead
-of compiling, four processes compiling the same graph at once compile it once, and a
-truncated or corrupted entry is detected by its checksum and recompiled."""
+of compiling, four processes compiling the same graph at once compile it once, and entries
+that must not be trusted are rejected once and recompiled: truncated or corrupted files,
+another graph's NEFF or frontend index entry under this graph's name, an index value that is
+not a key, a directory in the way."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import sys
 from repo_paths import REPO
 
 SCRIPT = r"""
-import json, sys, torch, torch_neuronx
+import json, os, sys, torch, torch_neuronx
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 5)).to("neuron")
+act = {"relu": torch.nn.ReLU(), "tanh": torch.nn.Tanh()}[os.environ.get("TEST_ACT", "relu")]
+model = torch.nn.Sequential(torch.nn.Linear(10, 20), act, torch.nn.Linear(20, 5)).to("neuron")
 x = torch.randn(2, 10)
 with torch.no_grad():
     out = torch.compile(model, backend="neuron")(x.to("neuron")).cpu()
@@ -66,7 +69,7 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     assert m2["graphs_compiled"] == 0
     assert m2["cache_hits_disk"] == 1 and m2["warm_starts"] == 1
     # Without the index the graph is traced again and its NEFF still comes from disk.
-    for f in glob.glob(str(tmp_path / "frontend" / "*.json")):
+    for f in glob.glob(str(tmp_path / "frontend" / "*.entry")):
         os.remove(f)
     m3, _ = _metrics(_run(tmp_path))
     assert m3["graphs_compiled"] == 0 and m3["cache_hits_disk"] == 1 and m3["warm_starts"] == 0
@@ -116,3 +119,93 @@ def test_disabled_disk_cache_writes_nothing(tmp_path):
     m, _ = _metrics(_run(tmp_path, {"TORCH_NEURONX_DISABLE_NEFF_CACHE": "1"}))
     assert m["graphs_compiled"] == 1 and m["cache_writes"] == 0
     assert _neffs(tmp_path) == []
+
+
+def _frontend_entries(cache_dir):
+    return sorted(glob.glob(os.path.join(str(cache_dir), "frontend", "*")))
+
+
+def _two_models(tmp_path):
+    """The same I/O signature, different programs (ReLU vs Tanh), each in its own cache."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _metrics(_run(a))
+    _metrics(_run(b, {"TEST_ACT": "tanh"}))
+    return a, b
+
+
+def test_another_graphs_neff_under_the_key_is_rejected(tmp_path):
+    a, b = _two_models(tmp_path)
+    [neff_a], [neff_b] = _neffs(a), _neffs(b)
+    with open(neff_b, "rb") as src, open(neff_a, "wb") as dst:
+        dst.write(src.read())
+    # The script checks the result against eager: the foreign program must not run.
+    m, err = _metrics(_run(a))
+    assert m["cache_corrupted"] == 1 and m["graphs_compiled"] == 1, m
+    assert "holds the NEFF of cache_key" in err, err[-2000:]
+    m2, _ = _metrics(_run(a))
+    assert m2["graphs_compiled"] == 0 and m2["cache_corrupted"] == 0, m2
+
+
+def test_frontend_entry_of_another_graph_is_rejected(tmp_path):
+    a, b = _two_models(tmp_path)
+    [neff_b] = _neffs(b)
+    [entry_a], [entry_b] = _frontend_entries(a), _frontend_entries(b)
+    for src, dst in ((neff_b, os.path.join(a, os.path.basename(neff_b))), (entry_b, entry_a)):
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+    m, err = _metrics(_run(a))
+    # Not a warm start from B's entry: A is traced again and its own NEFF loaded from disk.
+    assert m["warm_starts"] == 0 and m["cache_corrupted"] == 1, m
+    assert m["graphs_compiled"] == 0 and m["cache_hits_disk"] == 1, m
+    assert "written for key" in err, err[-2000:]
+
+
+LOAD_EVIL = r"""
+import sys, torch, torch_neuronx
+from torch_neuronx import _C
+print("RESULT", _C._cc.load_cached(sys.argv[1]))
+"""
+
+
+def test_index_values_that_are_not_keys_name_no_file(tmp_path):
+    cache, outside = tmp_path / "cache", tmp_path / "x"
+    cache.mkdir()
+    outside.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), TORCH_NEURONX_NEFF_CACHE_DIR=str(cache))
+    # <cache>/.locks/../../x/evil.lock and <cache>/../../x/evil.neff are outside the cache.
+    r = subprocess.run([sys.executable, "-c", LOAD_EVIL, "../../x/evil"], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "RESULT None" in r.stdout
+    assert list(outside.iterdir()) == []
+    # An index entry (whole, sealed for its key) whose NEFF key is a path: rejected, the graph
+    # compiles normally, nothing is created outside the cache directory.
+    _metrics(_run(cache))
+    [entry] = _frontend_entries(cache)
+    k = os.path.basename(entry).split(".")[0]
+    forge = r"""
+import json, sys, torch, torch_neuronx
+from torch_neuronx import _C
+path, k = sys.argv[1], sys.argv[2]
+entry = json.loads(_C._cc.cache_file_read(path, "frontend", k))
+entry["neff_key"] = "../../x/evil"
+assert _C._cc.cache_file_write(path, "frontend", k, json.dumps(entry).encode())
+"""
+    r = subprocess.run([sys.executable, "-c", forge, entry, k], capture_output=True, text=True, env=env, cwd=REPO,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m, err = _metrics(_run(cache))
+    assert m["warm_starts"] == 0 and m["cache_corrupted"] == 1 and m["cache_hits_disk"] == 1, m
+    assert "is not a cache key" in err
+    assert list(outside.iterdir()) == []
+
+
+def test_directory_at_the_entry_path_recompiles(tmp_path):
+    _metrics(_run(tmp_path))
+    [neff] = _neffs(tmp_path)
+    os.remove(neff)
+    os.makedirs(os.path.join(neff, "inner"))
+    m, err = _metrics(_run(tmp_path))
+    assert m["graphs_compiled"] == 1 and m["cache_corrupted"] == 1, m
+    assert "is a directory" in err and "could not write the NEFF cache entry" in err, err[-2000:]
+    assert os.path.isdir(os.path.join(neff, "inner"))

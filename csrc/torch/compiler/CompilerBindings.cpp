@@ -5,7 +5,7 @@
 // immutable NEFF only (never at::Tensor).
 #include <torch/csrc/utils/pybind.h>
 
-#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -16,12 +16,13 @@
 #include "compiler/cache.h"
 #include "compiler/compiler.h"
 #include "compiler/dense.h"
-#include "compiler/hash.h"
+#include "compiler/driver.h"
 #include "compiler/metrics.h"
 #include "compiler/neff.h"
 #include "compiler/nki_call.h"
 #include "compiler/verifier.h"
 #include "kernels/dispatch.h"
+#include "runtime/cache_file.h"
 #include "runtime/env.h"
 
 namespace py = pybind11;
@@ -206,10 +207,11 @@ class GraphBuilder {
 // A loaded NEFF plus its device-resident constants.
 class Executable {
  public:
-  Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string source,
-             std::string path)
+  Executable(std::shared_ptr<const cc::Neff> neff, std::string key, std::string graph_hash,
+             std::string source, std::string path)
       : neff_(std::move(neff)),
         key_(std::move(key)),
+        graph_hash_(std::move(graph_hash)),
         source_(std::move(source)),
         path_(std::move(path)) {
     auto it = neff_->metadata.find("graph");
@@ -297,6 +299,7 @@ class Executable {
   }
 
   std::string key() const { return key_; }
+  std::string graph_hash() const { return graph_hash_; }
   std::string source() const { return source_; }
   std::string path() const { return path_; }
   std::string describe() const { return cc::dump_neff(*neff_, true); }
@@ -341,116 +344,79 @@ class Executable {
   }
 
   std::shared_ptr<const cc::Neff> neff_;
-  std::string key_, source_, path_;
+  std::string key_, graph_hash_, source_, path_;
   const char* task_name_ = nullptr;
   std::mutex mu_;
   std::unordered_map<int, std::vector<at::Tensor>> consts_;
 };
 
-std::string graph_key(const cc::Graph& g, const cc::CompileOptions& o,
-                      const std::vector<std::string>& unknown, const cc::TargetProfile& t) {
-  cc::Graph anon = g;  // names do not change the program
-  anon.name.clear();
-  for (auto& v : anon.values) v.name.clear();
-  cc::ByteWriter w;
-  cc::serialize(anon, w);
-  cc::Hasher h;
-  h.update(cc::compiler_build_id());
-  h.update(rt::str("opt=", o.opt_level, " fold=", o.fold_constants));
-  for (const auto& f : o.flags) h.update(f);
-  for (const auto& f : unknown) h.update(f);
-  h.update(t.str());
-  h.update(w.buffer().data(), w.buffer().size());
-  return h.hex128();
-}
-
 std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict& options) {
-  const std::string name =
-      options.contains("name") ? options["name"].cast<std::string>() : b.graph().name;
-  const std::string flags = options.contains("flags") ? options["flags"].cast<std::string>() : "";
-  const int default_opt = options.contains("opt_level") ? options["opt_level"].cast<int>() : 2;
-  const std::string dump_dir =
-      options.contains("dump_dir") ? options["dump_dir"].cast<std::string>() : "";
+  cc::CompileRequest r;
+  r.name = options.contains("name") ? options["name"].cast<std::string>() : b.graph().name;
+  r.flags = options.contains("flags") ? options["flags"].cast<std::string>() : "";
+  r.default_opt_level = options.contains("opt_level") ? options["opt_level"].cast<int>() : 2;
+  r.dump_dir = options.contains("dump_dir") ? options["dump_dir"].cast<std::string>() : "";
   const std::string neff_copy =
       options.contains("neff_copy") ? options["neff_copy"].cast<std::string>() : "";
+  r.target = current_target();
   return cc_errors([&] {
-    std::vector<std::string> unknown;
-    cc::CompileOptions o = cc::parse_flags(flags, default_opt, &unknown);
-    for (const auto& u : unknown)
-      cc::push_warning("NEURON_CC_FLAGS: unknown flag '" + u + "' ignored (part of the cache key)");
-    o.dump_dir = dump_dir;
-    const cc::TargetProfile target = current_target();
-    const std::string key = graph_key(b.graph(), o, unknown, target);
-    cc::CacheSource src = cc::CacheSource::Compiled;
-    std::string path;
-    std::shared_ptr<const cc::Neff> neff;
+    cc::Artifact a;
     {
       py::gil_scoped_release nogil;
-      neff = cc::NeffCache::instance().get(
-          key,
-          [&] {
-            cc::Compiled c = cc::compile(b.graph(), o);
-            cc::Neff n;
-            n.target = target;
-            n.program = std::move(c.program);
-            n.ir = c.final_ir;
-            n.metadata["compiler"] = cc::compiler_build_id();
-            n.metadata["graph"] = name;
-            n.metadata["flags"] = flags;
-            n.metadata["opt_level"] = std::to_string(o.opt_level);
-            std::string passes;
-            for (const auto& pr : c.passes) passes += rt::str(pr.name, ":", pr.changed, " ");
-            n.metadata["passes"] = passes;
-            n.metadata["created"] =
-                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-            return n;
-          },
-          &src, &path);
+      a = cc::compile_cached(b.graph(), r);
     }
-    if (!(neff->target == target))
-      throw cc::NeffError("cached NEFF was compiled for " + neff->target.str() +
-                          ", this process runs " + target.str());
     if (!neff_copy.empty()) {
-      const auto bytes = cc::write_neff(*neff);
+      const auto bytes = cc::write_neff(*a.neff);
       std::ofstream f(neff_copy, std::ios::binary);
       f.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
     }
-    const char* s = src == cc::CacheSource::Memory ? "memory"
-                    : src == cc::CacheSource::Disk ? "disk"
-                                                   : "compiled";
-    return std::make_shared<Executable>(neff, key, s, path);
+    return std::make_shared<Executable>(a.neff, a.key, a.graph_hash, cc::source_name(a.source),
+                                        a.path);
   });
 }
 
-// Loads a cached NEFF by key without compiling (warm start); None when absent or invalid.
-std::shared_ptr<Executable> load_cached(const std::string& key) {
+// Loads a cached NEFF by key without compiling (warm start); None when absent or unusable.
+std::shared_ptr<Executable> load_cached(const std::string& key, const std::string& graph_hash) {
   return cc_errors([&]() -> std::shared_ptr<Executable> {
-    cc::CacheSource src = cc::CacheSource::Compiled;
-    std::string path;
-    bool missing = false;
-    std::shared_ptr<const cc::Neff> neff;
+    std::optional<cc::Artifact> a;
     {
       py::gil_scoped_release nogil;
-      try {
-        neff = cc::NeffCache::instance().get(
-            key,
-            [&]() -> cc::Neff {
-              missing = true;
-              throw cc::CompileError("not cached");
-            },
-            &src, &path);
-      } catch (const cc::CompileError&) {
-        if (!missing) throw;
-      }
+      a = cc::load_cached(key, graph_hash, current_target());
     }
-    if (missing || !neff) return nullptr;
-    if (!(neff->target == current_target())) return nullptr;
-    return std::make_shared<Executable>(neff, key,
-                                        src == cc::CacheSource::Memory ? "memory" : "disk", path);
+    if (!a) return nullptr;
+    return std::make_shared<Executable>(a->neff, a->key, a->graph_hash, cc::source_name(a->source),
+                                        a->path);
   });
+}
+
+// Sealed cache files (runtime/cache_file.h) for the Python-side caches: `write` is atomic,
+// `read` returns the payload or None (a damaged or foreign entry is counted, reported and
+// removed).
+bool cache_file_write(const std::string& path, const std::string& kind, const std::string& key,
+                      const py::bytes& payload) {
+  const std::string data = payload;
+  const auto sealed = rt::seal(kind, key, data.data(), data.size());
+  std::string why;
+  if (rt::write_file_atomic(path, sealed.data(), sealed.size(), &why)) return true;
+  cc::push_warning(rt::str("could not write the cache entry ", path, ": ", why));
+  return false;
+}
+
+py::object cache_file_read(const std::string& path, const std::string& kind,
+                           const std::string& key) {
+  std::vector<uint8_t> file, payload;
+  std::string why;
+  rt::ReadStatus st = rt::read_file(path, &file, &why);
+  if (st == rt::ReadStatus::Missing) return py::none();
+  const bool is_file = st == rt::ReadStatus::Ok;
+  if (is_file) st = rt::unseal(file, kind, key, &payload, &why);
+  if (st == rt::ReadStatus::Ok)
+    return py::bytes(reinterpret_cast<const char*>(payload.data()), payload.size());
+  cc::add_metric("cache_corrupted", 1);
+  cc::push_warning(rt::str("cache entry ", path, " rejected: ", why));
+  if (is_file) std::remove(path.c_str());
+  return py::none();
 }
 
 // NKI call plans (compiler/nki_call.h) from the Python description the NKI lowering records.
@@ -569,12 +535,17 @@ void init_compiler_bindings(py::module& parent) {
   py::class_<Executable, std::shared_ptr<Executable>>(m, "Executable")
       .def("run", &Executable::run)
       .def_property_readonly("key", &Executable::key)
+      .def_property_readonly("graph_hash", &Executable::graph_hash)
       .def_property_readonly("source", &Executable::source)
       .def_property_readonly("path", &Executable::path)
       .def("describe", &Executable::describe)
       .def("info", &Executable::info);
   m.def("compile", &compile_graph, py::arg("builder"), py::arg("options") = py::dict());
-  m.def("load_cached", &load_cached);
+  m.def("load_cached", &load_cached, py::arg("key"), py::arg("graph_hash") = "");
+  m.def("cache_file_write", &cache_file_write, py::arg("path"), py::arg("kind"), py::arg("key"),
+        py::arg("payload"));
+  m.def("cache_file_read", &cache_file_read, py::arg("path"), py::arg("kind"), py::arg("key"));
+  m.def("is_cache_key", [](const std::string& k) { return rt::is_cache_key(k); });
   m.def("metrics", &metrics_dict);
   m.def("reset_metrics", [] { cc::reset_metrics(); });
   m.def("drain_warnings", [] { return cc::drain_warnings(); });

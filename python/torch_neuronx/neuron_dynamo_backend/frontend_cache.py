@@ -3,10 +3,13 @@ AOT autograd + the compiler produced for it, so a new process skips AOT tracing.
 
 Used only for inference graphs compiled as one NEFF whose inputs are exactly Dynamo's inputs
 and whose outputs are fresh tensors (then AOT's runtime wrapper has nothing to do). Index
-entries live next to the NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR/frontend/ and are written
-atomically; anything unreadable is ignored (the normal path recompiles). An entry also lists
-the source files of NKI kernels compiled into the NEFF (with content hashes): when one of them
-changed, the entry is not used (the normal path retraces the kernels and compiles a new NEFF).
+entries live next to the NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR/frontend/<key>.entry, written
+atomically and sealed by the runtime's cache-file helper (checksum + the entry's own key), so a
+damaged entry or one written for another graph is rejected (counted as ``cache_corrupted``) and
+the normal path runs. An entry names its NEFF by key and graph hash; the NEFF loader checks
+both against the NEFF's embedded metadata. An entry also lists the source files of NKI kernels
+compiled into the NEFF (with content hashes): when one of them changed, the entry is not used
+(the normal path retraces the kernels and compiles a new NEFF).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +24,8 @@ import torch
 
 from .. import _C
 
-_FORMAT = 1
+_FORMAT = 2
+_KIND = "frontend"
 
 
 def _dir() -> str | None:
@@ -65,24 +68,32 @@ def key(gm: torch.fx.GraphModule, inputs: Sequence[Any], training: bool) -> str 
     return h.hexdigest()[:40]
 
 
+def _path(d: str, k: str) -> str:
+    if not _C._cc.is_cache_key(k):
+        raise ValueError(f"frontend cache key {k!r} is not a hex digest")
+    return os.path.join(d, k + ".entry")
+
+
 def lookup(k: str) -> Callable | None:
     d = _dir()
     if d is None:
         return None
     try:
-        with open(os.path.join(d, k + ".json")) as f:
-            entry = json.load(f)
+        blob = _C._cc.cache_file_read(_path(d, k), _KIND, k)
+        if blob is None:
+            return None
+        entry = json.loads(blob.decode())
         if entry.get("format") != _FORMAT:
             return None
         if any(_file_hash(path) != digest for path, digest in entry.get("sources", [])):
             return None
-        exe = _C._cc.load_cached(entry["neff_key"])
-    except (OSError, ValueError, KeyError, RuntimeError):
+        exe = _C._cc.load_cached(str(entry["neff_key"]), str(entry["graph_hash"]))
+        template = [tuple(t) for t in entry["template"]]
+        n_inputs = int(entry["n_inputs"])
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError):
         return None
     if exe is None:
         return None
-    template = [tuple(t) for t in entry["template"]]
-    n_inputs = entry["n_inputs"]
 
     def run(*args):
         if len(args) != n_inputs:
@@ -116,17 +127,15 @@ def store(k: str, boxed_fn: Callable, aten_graph: torch.fx.GraphModule, n_dynamo
     entry = {
         "format": _FORMAT,
         "neff_key": inner.exe.key,
+        "graph_hash": inner.exe.graph_hash,
         "template": inner.template,
         "n_inputs": inner.n_inputs,
         "sources": sources,
     }
     try:
         os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=k, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f)
-        os.replace(tmp, os.path.join(d, k + ".json"))
-    except OSError:
+        _C._cc.cache_file_write(_path(d, k), _KIND, k, json.dumps(entry).encode())
+    except (OSError, ValueError):
         pass
 
 

@@ -104,31 +104,6 @@ TEST(CompilerNeff, ValidationRejectsOutOfBoundsPrograms) {
   EXPECT_THROW(validate(n.program), NeffError);
 }
 
-struct CacheDir {
-  std::string path;
-  std::string old;
-  bool had_old = false;
-  CacheDir() {
-    path = ::testing::TempDir() + "/neff_cache_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(path);
-    if (const char* o = std::getenv("TORCH_NEURONX_NEFF_CACHE_DIR")) {
-      old = o;
-      had_old = true;
-    }
-    ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", path.c_str(), 1);
-    NeffCache::instance().clear_memory();
-    reset_metrics();
-  }
-  ~CacheDir() {
-    if (had_old)
-      ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", old.c_str(), 1);
-    else
-      ::unsetenv("TORCH_NEURONX_NEFF_CACHE_DIR");
-    fs::remove_all(path);
-  }
-};
-
 TEST(CompilerCache, MemoryThenDiskThenCompile) {
   CacheDir dir;
   int compiles = 0;
@@ -137,19 +112,19 @@ TEST(CompilerCache, MemoryThenDiskThenCompile) {
     return make_neff();
   };
   CacheSource src;
-  NeffCache::instance().get("k1", compile_fn, &src);
+  NeffCache::instance().get("c0ffee0000000001", compile_fn, &src);
   EXPECT_EQ(src, CacheSource::Compiled);
-  NeffCache::instance().get("k1", compile_fn, &src);
+  NeffCache::instance().get("c0ffee0000000001", compile_fn, &src);
   EXPECT_EQ(src, CacheSource::Memory);
   NeffCache::instance().clear_memory();
-  NeffCache::instance().get("k1", compile_fn, &src);
+  NeffCache::instance().get("c0ffee0000000001", compile_fn, &src);
   EXPECT_EQ(src, CacheSource::Disk);
   EXPECT_EQ(compiles, 1);
   const Metrics m = metrics();
   EXPECT_EQ(m.graphs_compiled, 1);
   EXPECT_EQ(m.cache_hits_memory, 1);
   EXPECT_EQ(m.cache_hits_disk, 1);
-  EXPECT_TRUE(fs::exists(dir.path + "/k1.neff"));
+  EXPECT_TRUE(fs::exists(dir.path + "/c0ffee0000000001.neff"));
 }
 
 TEST(CompilerCache, CorruptedEntryIsRecompiledAndReplaced) {
@@ -160,8 +135,8 @@ TEST(CompilerCache, CorruptedEntryIsRecompiledAndReplaced) {
     return make_neff();
   };
   CacheSource src;
-  NeffCache::instance().get("k2", compile_fn, &src);
-  const std::string file = dir.path + "/k2.neff";
+  NeffCache::instance().get("c0ffee0000000002", compile_fn, &src);
+  const std::string file = dir.path + "/c0ffee0000000002.neff";
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(40);
@@ -169,7 +144,7 @@ TEST(CompilerCache, CorruptedEntryIsRecompiledAndReplaced) {
   }
   NeffCache::instance().clear_memory();
   drain_warnings();
-  NeffCache::instance().get("k2", compile_fn, &src);
+  NeffCache::instance().get("c0ffee0000000002", compile_fn, &src);
   EXPECT_EQ(src, CacheSource::Compiled);
   EXPECT_EQ(compiles, 2);
   EXPECT_EQ(metrics().cache_corrupted, 1);
@@ -177,7 +152,7 @@ TEST(CompilerCache, CorruptedEntryIsRecompiledAndReplaced) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("checksum mismatch"), std::string::npos) << w[0];
   NeffCache::instance().clear_memory();
-  NeffCache::instance().get("k2", compile_fn, &src);
+  NeffCache::instance().get("c0ffee0000000002", compile_fn, &src);
   EXPECT_EQ(src, CacheSource::Disk);  // the replacement is valid
 }
 
@@ -189,7 +164,7 @@ TEST(CompilerCache, ConcurrentRequestsCompileOnce) {
     ts.emplace_back([&] {
       CacheSource src;
       NeffCache::instance().get(
-          "k3",
+          "c0ffee0000000003",
           [&] {
             ++compiles;
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -208,9 +183,9 @@ TEST(CompilerCache, MemoryLruIsBounded) {
   CacheDir dir;
   ::setenv("NEURON_COMPILATION_CACHE_MAX_ENTRIES", "2", 1);
   CacheSource src;
-  for (const char* k : {"a", "b", "c"}) NeffCache::instance().get(k, make_neff, &src);
+  for (const char* k : {"aaaaaaaa", "bbbbbbbb", "cccccccc"}) NeffCache::instance().get(k, make_neff, &src);
   EXPECT_EQ(NeffCache::instance().memory_entries(), 2u);
-  NeffCache::instance().get("a", make_neff, &src);  // evicted from memory, still on disk
+  NeffCache::instance().get("aaaaaaaa", make_neff, &src);  // evicted from memory, still on disk
   EXPECT_EQ(src, CacheSource::Disk);
   ::unsetenv("NEURON_COMPILATION_CACHE_MAX_ENTRIES");
 }

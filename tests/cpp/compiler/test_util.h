@@ -5,19 +5,52 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
 #include <vector>
 
+#include "compiler/cache.h"
 #include "compiler/compiler.h"
 #include "compiler/ir.h"
+#include "compiler/metrics.h"
 #include "compiler/program.h"
 #include "kernels/dispatch.h"
 
 namespace neuron::cc::test {
+
+// A private NEFF cache directory (TORCH_NEURONX_NEFF_CACHE_DIR) for one test, memory cache
+// and metrics cleared; removed afterwards.
+struct CacheDir {
+  std::string path;
+  std::string old;
+  bool had_old = false;
+  CacheDir() {
+    path = ::testing::TempDir() + "/neff_cache_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(path);
+    if (const char* o = std::getenv("TORCH_NEURONX_NEFF_CACHE_DIR")) {
+      old = o;
+      had_old = true;
+    }
+    ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", path.c_str(), 1);
+    NeffCache::instance().clear_memory();
+    reset_metrics();
+  }
+  ~CacheDir() {
+    if (had_old)
+      ::setenv("TORCH_NEURONX_NEFF_CACHE_DIR", old.c_str(), 1);
+    else
+      ::unsetenv("TORCH_NEURONX_NEFF_CACHE_DIR");
+    std::filesystem::remove_all(path);
+  }
+};
 
 struct HostTensor {
   TensorType type;

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace neuron::cc {
+namespace neuron::rt {
 
 namespace {
 inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
@@ -72,4 +72,4 @@ std::string Hasher::hex128() const {
 
 uint64_t hash64(const void* data, size_t n) { return Hasher().update(data, n).digest64(); }
 
-}  // namespace neuron::cc
+}  // namespace neuron::rt
