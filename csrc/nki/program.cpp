@@ -390,23 +390,26 @@ void Program::allocate() {
       const Instr& at = instrs_[b.first_use];
       const std::string mname(mem_name(mem));
       if (b.fixed_offset >= 0) {
+        // Manually placed tensors overlap only if the bytes they occupy do: the hardware
+        // addresses SBUF per byte (the allocator's 64-byte rounding is a packing choice, not a
+        // rule) and PSUM tensors already start at bank boundaries.
         const auto [p0, p1] = prange(b);
         for (int32_t o : live) {
           const Buffer& ob = buffers_[o];
           const auto [q0, q1] = prange(ob);
           const bool poverlap = p0 < q1 && q0 < p1;
-          const bool foverlap =
-              b.fixed_offset < ob.addr + extent(ob) && ob.addr < b.fixed_offset + extent(b);
+          const bool foverlap = b.fixed_offset < ob.addr + ob.bytes_per_partition &&
+                                ob.addr < b.fixed_offset + b.bytes_per_partition;
           if (poverlap && foverlap)
             throw NkiError("validation", instr_name(at), location(at),
                            mname + " tensor '" + b.name + "' (allocated at " + str(b.loc) +
                                ") placed at partitions [" + std::to_string(p0) + ", " +
                                std::to_string(p1) + ") bytes [" + std::to_string(b.fixed_offset) +
-                               ", " + std::to_string(b.fixed_offset + extent(b)) +
+                               ", " + std::to_string(b.fixed_offset + b.bytes_per_partition) +
                                ") overlaps live tensor '" + ob.name + "' (allocated at " +
                                str(ob.loc) + ") at partitions [" + std::to_string(q0) + ", " +
                                std::to_string(q1) + ") bytes [" + std::to_string(ob.addr) + ", " +
-                               std::to_string(ob.addr + extent(ob)) + ")",
+                               std::to_string(ob.addr + ob.bytes_per_partition) + ")",
                            "live " + mname + " tensors do not overlap");
         }
         b.addr = b.fixed_offset;

@@ -27,7 +27,7 @@ if _cache.enabled():
         stacklevel=2,
     )
 
-from . import compiler, dtype, isa, language, tensor, typing
+from . import collectives, compiler, dtype, isa, language, tensor, typing
 from ._errors import NkiValidationError
 from ._jit import Kernel, TracedKernel, jit
 from ._legacy import baremetal, cpu_simulate, simulate_kernel
@@ -43,6 +43,7 @@ from ._profile import (
 
 __all__ = [
     "BenchmarkResult",
+    "collectives",
     "Kernel",
     "KernelEstimate",
     "NkiValidationError",

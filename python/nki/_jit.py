@@ -4,6 +4,7 @@ CPU tensors or neuron tensors (one task on the device's current stream)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import enum
@@ -394,6 +395,12 @@ class Kernel:
             for info in tr.hbm:
                 if info["kind"] == "in":
                     slots.append({"kind": "in", "arg": info["arg"], "name": info["name"]})
+                elif info["kind"] == "const":
+                    data = info["data"]
+                    slots.append({
+                        "kind": "const", "name": info["name"], "shape": list(data.shape),
+                        "dtype": info["dtype"], "data": base64.b64encode(data.tobytes()).decode(),
+                    })
                 elif info["kind"] == "shared":
                     slots.append({"kind": "shared", "index": len(shared_here)})
                     shared_here.append(
@@ -401,8 +408,17 @@ class Kernel:
                     )
                 else:
                     n = math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
-                    slots.append({"kind": "private", "bytes": max(n, 1), "name": info["name"]})
+                    slot = {"kind": "private", "bytes": max(n, 1), "name": info["name"]}
+                    if "print" in info:  # nl.device_print buffer
+                        slot.update(print=info["print"], shape=list(info["shape"]), dtype=info["dtype"])
+                    slots.append(slot)
             for slot, _name, _dt, _shape, is_input, written, _nb in tr.program.hbm_buffers():
+                if slots[slot]["kind"] == "const":
+                    if written:
+                        raise ValueError(
+                            f"{self.func.__qualname__}: writes the read-only nl.shared_constant '{slots[slot]['name']}'"
+                        )
+                    continue
                 if is_input and written:
                     written_inputs.add(slots[slot]["arg"])
             if shared_specs is None:
@@ -479,6 +495,7 @@ class _Run:
         import numpy as np
 
         self.framework = framework
+        self.device_key = str(device) if framework == "neuron" else "cpu"
         meta = traced.meta
         self.originals = tensors
         self.args = []
@@ -523,6 +540,27 @@ class _Run:
                 for inst in meta["instances"]
             ]
 
+    def _const(self, traced: TracedKernel, k: int, j: int, s: dict):
+        """The array of a shared constant (decoded once per traced kernel and device)."""
+        import numpy as np
+
+        cache = traced.__dict__.setdefault("_consts", {})
+        dev = self.device_key
+        key = (k, j, dev)
+        hit = cache.get(key)
+        if hit is None:
+            arr = np.frombuffer(base64.b64decode(s["data"]), dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"])))
+            arr = arr.reshape(s["shape"]).copy()
+            if self.framework != "numpy":
+                import torch
+
+                t = torch.from_numpy(arr.view(np.uint8).reshape(-1)).view(dt.torch_dtype(dt.to_dtype(s["dtype"])))
+                hit = t.reshape(s["shape"]).to(dev) if dev != "cpu" else t.reshape(s["shape"])
+            else:
+                hit = arr
+            cache[key] = hit
+        return hit
+
     @staticmethod
     def _ptr(x) -> tuple[int, int]:
         if hasattr(x, "data_ptr"):
@@ -541,11 +579,30 @@ class _Run:
                 elif s["kind"] == "shared":
                     p, n = self._ptr(self.shared[s["index"]])
                     lst.append((p, n, meta["shared"][s["index"]]["name"], False, False))
+                elif s["kind"] == "const":
+                    p, n = self._ptr(self._const(traced, k, j, s))
+                    lst.append((p, n, s["name"], True, False))
                 else:
                     p, n = self._ptr(self.private[k][j])
                     lst.append((p, n, "", False, True))
             out.append(lst)
         return out
+
+    def device_prints(self, traced: TracedKernel) -> None:
+        """Prints the nl.device_print buffers of every program, in program order."""
+        import numpy as np
+
+        many = len(traced.meta["instances"]) > 1
+        for k, inst in enumerate(traced.meta["instances"]):
+            for j, s in enumerate(inst["slots"]):
+                if "print" not in s:
+                    continue
+                raw = self.private[k][j]
+                raw = raw.cpu().numpy() if hasattr(raw, "cpu") else raw
+                vals = np.frombuffer(raw.tobytes(), dtype=dt.numpy_dtype(dt.to_dtype(s["dtype"])))
+                vals = vals[: math.prod(s["shape"])].reshape(s["shape"])
+                where = f"[program {tuple(inst['pid'])}] " if many else ""
+                print(f"{where}{s['print']} {vals}", flush=True)
 
     def finish(self) -> None:
         for orig, c in self.copy_back:
@@ -613,6 +670,7 @@ def _execute(
     run = _Run(traced, tensors, framework, device)
     bindings = run.bindings(traced)
     want = _want_check(traced, check)
+    prints = any("print" in s for inst in traced.meta["instances"] for s in inst["slots"])
     if framework == "neuron" and not host:
         core().launch(
             traced.programs,
@@ -624,11 +682,18 @@ def _execute(
             traced.device_check_state() if want else None,
         )
         run.finish()
+        if prints:
+            import torch
+
+            torch.neuron.synchronize(device)
+            run.device_prints(traced)
         return run.outputs(traced)
     traces = core().run(traced.programs, bindings, want, record)
     if want:
         traced._checked = True
     run.finish()
+    if prints:
+        run.device_prints(traced)
     outs = run.outputs(traced)
     if record:
         return outs, traces

@@ -965,6 +965,55 @@ def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Instructions neuron-emu does not model yet: they exist, and calling one raises an error that
+# names it (and, for NeuronCore-v4 instructions on an older target, the target), never an
+# AttributeError and never a silently wrong result.
+
+_V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
+_NOT_MODELED = {
+    "sendrecv": "exchange between the NeuronCores of a logical core",
+    "core_barrier": "synchronization between the NeuronCores of a logical core",
+    "nc_stream_shuffle": "cross-partition stream shuffles",
+    "rng": "random numbers",
+    "rand2": "random numbers",
+    "dropout": "random numbers",
+    "set_rng_seed": "random numbers",
+    "rand_set_state": "random numbers",
+    "rand_get_state": "random numbers",
+    "dma_compute": "DMA compute (reductions in the DMA engines)",
+    "local_gather": "GpSimd gathers",
+    "nc_n_gather": "GpSimd gathers",
+    "nc_find_index8": "index search",
+    "nc_match_replace8": "match-and-replace",
+    "nonzero_with_count": "nonzero compaction",
+    "sequence_bounds": "segment bounds",
+    "topk": "top-k",
+}
+
+
+def _unmodeled(name: str, what: str):
+    def fn(*args, **kwargs):
+        tr = _tracer.active()
+        if name in _V4_ONLY and (tr.target["nc_version"] if tr is not None else get_nc_version()) < 4:
+            gen = tr.target.get("platform", "trn2") if tr is not None else "this target"
+            raise NotImplementedError(
+                f"nki.isa.{name} is a NeuronCore-v4 (trn3) instruction; this kernel is traced for {gen} "
+                "(set NEURON_PLATFORM_TARGET_OVERRIDE=trn3 or nki.jit(platform_target='trn3'))"
+            )
+        raise NotImplementedError(
+            f"nki.isa.{name} ({what}) is not modeled by neuron-emu yet; see the compatibility table in docs/nki.md"
+        )
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Not modeled by neuron-emu yet ({what}): calling it raises NotImplementedError."
+    return fn
+
+
+for _n, _what in list(_NOT_MODELED.items()) + [(n, "MX (microscaling) arithmetic") for n in _V4_ONLY]:
+    globals()[_n] = _unmodeled(_n, _what)
+
+
+# ---------------------------------------------------------------------------------------------
 # nki.isa.constants: the enums, as the real library imports them
 # (``from nki.isa.constants import oob_mode, dge_mode``).
 

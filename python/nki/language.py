@@ -281,6 +281,56 @@ def _fill(t: NkiTensor, value) -> None:
     nisa.dma_copy(dst=dst, src=src)
 
 
+def shared_constant(constant, dtype=None, name="") -> NkiTensor:
+    """A read-only HBM tensor holding `constant` (a numpy array, or anything numpy converts),
+    converted to `dtype` (default: the array's dtype). The values are part of the traced kernel
+    (and its cache key); every launch binds the same bytes."""
+    import numpy as np
+
+    tr = _tracer.current()
+    arr = np.asarray(constant)
+    d = _dt.to_dtype(dtype) if dtype is not None else _dt.to_dtype(arr.dtype)
+    arr = np.ascontiguousarray(arr.astype(_dt.numpy_dtype(d)))
+    t = new_tensor(arr.shape or (1,), d, hbm, name or "shared_constant", is_input=True)
+    t._b.slot_info.update(kind="const", data=arr.reshape(arr.shape or (1,)))
+    tr.hbm_consts = getattr(tr, "hbm_consts", 0) + 1
+    return t
+
+
+def device_print(print_prefix, tensor: NkiTensor) -> None:
+    """Prints `tensor` when the kernel runs (every execution, every program of a grid), as
+    ``<print_prefix> <values>``: the values are copied to an HBM print buffer at this point of
+    the program and printed after the launch finishes. Inside a runtime loop the last
+    iteration's values are printed."""
+    from . import isa as nisa
+
+    if not _is_t(tensor):
+        raise TypeError(f"nl.device_print: expected a tensor, got {tensor!r}")
+    with _tracer.api("nki.language.device_print"):
+        buf = new_tensor(tensor.shape or (1,), tensor.dtype, private_hbm, f"device_print_{print_prefix}")
+        buf._b.slot_info["print"] = str(print_prefix)
+        src = tensor if tensor.buffer != psum else _as_sbuf(tensor)
+        nisa.dma_copy(dst=buf if buf.shape == src.shape else buf.reshape(src.shape), src=src)
+
+
+def _unmodeled(name: str, what: str):
+    def fn(*args, **kwargs):
+        raise NotImplementedError(
+            f"nki.language.{name} ({what}) is not modeled by neuron-emu yet; see the compatibility table in docs/nki.md"
+        )
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Not modeled by neuron-emu yet ({what}): calling it raises NotImplementedError."
+    return fn
+
+
+rand = _unmodeled("rand", "random numbers")
+random_seed = _unmodeled("random_seed", "random numbers")
+dropout = _unmodeled("dropout", "random numbers")
+loop_reduce = _unmodeled("loop_reduce", "reduction across the iterations of an unrolled loop (old API)")
+gather_flattened = _unmodeled("gather_flattened", "gathers")
+
+
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
     """An n x n identity matrix in SBUF (built with memset + affine_select on GpSimd)."""
     from . import isa as nisa

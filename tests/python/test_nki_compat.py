@@ -419,3 +419,118 @@ def test_kernel_returns_a_reshaped_hbm_output():
 
     with pytest.raises(TypeError, match="partial or reinterpreted view"):
         partial(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement rules at the hardware's byte granularity
+
+
+def _placed_pair(second_offset):
+    @nki.jit
+    def k(x):
+        a = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        b = nl.ndarray((128, 1), nl.float32, buffer=nl.sbuf, address=(0, second_offset))
+        nisa.dma_copy(dst=a, src=x)
+        nisa.tensor_scalar(dst=b, data=a, op0=nl.add, operand0=1.0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    return k
+
+
+def test_adjacent_manually_placed_tensors_do_not_overlap():
+    x = _rand(128, 1)
+    np.testing.assert_array_equal(_placed_pair(4)(x), x + (x + np.float32(1)))  # 4 bytes apart: packed
+
+
+def test_overlapping_manually_placed_tensors_are_rejected():
+    with pytest.raises(nki.NkiValidationError, match=r"overlaps live tensor .*bytes \[0, 4\)"):
+        _placed_pair(2)(_rand(128, 1))  # 2 bytes apart: the second float shares bytes 2..3
+
+
+# ---------------------------------------------------------------------------------------------
+# nl.shared_constant
+
+
+def test_shared_constant_tensors():
+    @nki.jit
+    def mix(x):
+        ident = nl.shared_constant(np.identity(128, dtype=np.int8), dtype=x.dtype)
+        ramp = nl.shared_constant(np.arange(x.shape[1], dtype=np.float32)[None, :].repeat(128, 0))
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        # identity^T @ x == x, plus the ramp
+        mm = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=mm, stationary=nl.load(ident), moving=nl.load(x))
+        nl.store(out, value=nl.add(mm, nl.load(ramp)))
+        return out
+
+    x = _rand(128, 32)
+    want = x + np.arange(32, dtype=np.float32)
+    np.testing.assert_allclose(mix(x), want, rtol=1e-6)
+    np.testing.assert_allclose(mix(x), want, rtol=1e-6)  # second launch: same constant bytes
+    import torch
+
+    got = mix(torch.from_numpy(x))
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
+    got = mix(torch.from_numpy(x).to("neuron"))
+    np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-6)
+
+    @nki.jit
+    def writes_constant(x):
+        c = nl.shared_constant(np.zeros((128, 4), dtype=np.float32))
+        nisa.dma_copy(dst=c, src=x)
+        return x
+
+    with pytest.raises(ValueError, match="read-only nl.shared_constant"):
+        writes_constant(_rand(128, 4))
+
+
+def test_device_print_prints_at_run_time_every_execution(capfd):
+    @nki.jit
+    def k(x):
+        t = nl.load(x)
+        nl.device_print("loaded", t)
+        u = nl.multiply(t, 2.0)
+        nl.device_print("doubled", u)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=u)
+        return out
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    capfd.readouterr()
+    k(x)
+    k(x + 1)
+    got = capfd.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in got if ln.strip() and not ln.startswith(" ")] == ["loaded", "doubled"] * 2
+    text = "\n".join(got)
+    assert "14." in text and "16." in text  # 2 * 7 in the first run, 2 * 8 in the second
+
+
+# ---------------------------------------------------------------------------------------------
+# What neuron-emu does not model yet fails loudly, naming the API (and the target for v4)
+
+
+def test_unmodeled_apis_raise_naming_themselves():
+    from nki.collectives import ReplicaGroup, all_gather  # noqa: F401  (the real library imports these)
+
+    @nki.jit
+    def mx(x):
+        nisa.nc_matmul_mx(dst=None, stationary=None, moving=None, stationary_scale=None, moving_scale=None)
+        return x
+
+    with pytest.raises(NotImplementedError, match=r"nc_matmul_mx is a NeuronCore-v4 \(trn3\) instruction.*trn2"):
+        nki.jit(platform_target="trn2")(mx.func)(_rand(4, 4))
+    with pytest.raises(NotImplementedError, match="nc_matmul_mx .* not modeled"):
+        nki.jit(platform_target="trn3")(mx.func)(_rand(4, 4))
+
+    @nki.jit
+    def rng(x):
+        nl.rand((128, 4), nl.float32)
+        return x
+
+    with pytest.raises(NotImplementedError, match="nki.language.rand .*random numbers"):
+        rng(_rand(4, 4))
+    with pytest.raises(NotImplementedError, match="nki.collectives.all_gather"):
+        all_gather()

@@ -5,7 +5,7 @@ import sys as _sys
 
 import nki as _nki
 
-for _name in ("language", "isa", "isa.constants", "typing", "compiler", "dtype", "tensor"):
+for _name in ("language", "isa", "isa.constants", "typing", "compiler", "dtype", "tensor", "collectives"):
     _mod = _sys.modules["nki." + _name]
     _sys.modules[__name__ + "." + _name] = _mod
 _sys.modules[__name__] = _nki

@@ -261,6 +261,8 @@ class _Recording:
                     t = shared[s["index"]]
                     args.append((self.root_of(t), 0, t.numel() * t.element_size(),
                                  meta["shared"][s["index"]]["name"], False, False))
+                elif s["kind"] == "const":
+                    raise Unsupported(f"{meta['name']}: nl.shared_constant '{s['name']}' (runs eagerly)")
                 else:
                     r = self.scratch(s["bytes"], f"{meta['name']}: private HBM")
                     args.append((r, 0, int(s["bytes"]), "", False, True))
