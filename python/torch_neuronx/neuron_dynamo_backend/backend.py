@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from nki import _deps
 
 from .. import _C
 from . import (
@@ -78,6 +79,7 @@ class CompiledGraph:
         self.template = self._output_template(gm, L)
         self.n_inputs = len(L.input_index)
         self.sources = sorted(L.sources)
+        self.nki_deps = _deps.merge(L.nki_deps)
         self.exe = _C._cc.compile(
             L.b,
             {
