@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "simd.h"
+#include "convert.h"
 #include "gemm.h"
-#include "rows.h"
 #include "runtime/thread_pool.h"
-#include "simd_avx2.h"
+#include "simd.h"
+#include "simd/vec_avx2.h"
+#include "simd/vmath.h"
 
 namespace neuron::kernels {
 namespace {
@@ -20,31 +21,17 @@ constexpr int64_t kBq = 64;   // queries per block
 constexpr int64_t kBk = 256;  // keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Row helpers on fp32 scores; exp is the kernels' (simd/vmath.h, simd/vec_avx2.h), a row's tail
+// runs through the vector body.
+
 // s[j] = exp(s[j] - mx) (0 where s[j] is -inf); returns the sum.
 float exp_sub_portable(float* s, int64_t n, float mx) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
-    s[j] = std::exp(s[j] - mx);
+    s[j] = vm::exp(s[j] - mx);
     sum += s[j];
   }
   return sum;
-}
-
-NEURON_AVX2 float exp_sub_avx2(float* s, int64_t n, float mx) {
-  const __m256 vm = _mm256_set1_ps(mx);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-    _mm256_storeu_ps(s + j, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  return avx2::hsum(acc) + exp_sub_portable(s + j, n - j, mx);
-}
-
-float exp_sub(float* s, int64_t n, float mx) {
-  static const bool simd = simd_level() == SimdLevel::Avx2;
-  return simd ? exp_sub_avx2(s, n, mx) : exp_sub_portable(s, n, mx);
 }
 
 // max(init, s[0..n)) (NaN-free inputs: scores are finite or -inf).
@@ -53,32 +40,8 @@ float row_max_portable(const float* s, int64_t n, float init) {
   return init;
 }
 
-NEURON_AVX2 float row_max_avx2(const float* s, int64_t n, float init) {
-  __m256 m = _mm256_set1_ps(init);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
-  return row_max_portable(s + j, n - j, avx2::hmax(m));
-}
-
-float row_max(const float* s, int64_t n, float init) {
-  static const bool simd = simd_level() == SimdLevel::Avx2;
-  return simd ? row_max_avx2(s, n, init) : row_max_portable(s, n, init);
-}
-
 void scale_row_portable(float* x, int64_t n, float f) {
   for (int64_t j = 0; j < n; ++j) x[j] *= f;
-}
-
-NEURON_AVX2 void scale_row_avx2(float* x, int64_t n, float f) {
-  const __m256 v = _mm256_set1_ps(f);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), v));
-  scale_row_portable(x + j, n - j, f);
-}
-
-void scale_row(float* x, int64_t n, float f) {
-  static const bool simd = simd_level() == SimdLevel::Avx2;
-  simd ? scale_row_avx2(x, n, f) : scale_row_portable(x, n, f);
 }
 
 // dP <- P * (dP - delta) for one row.
@@ -86,18 +49,79 @@ void ds_row_portable(const float* p, float* dp, int64_t n, float delta) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
-NEURON_AVX2 void ds_row_avx2(const float* p, float* dp, int64_t n, float delta) {
-  const __m256 d = _mm256_set1_ps(delta);
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    _mm256_storeu_ps(
-        dp + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), _mm256_sub_ps(_mm256_loadu_ps(dp + j), d)));
-  ds_row_portable(p + j, dp + j, n - j, delta);
+#if NEURON_KERNELS_X86
+NEURON_AVX2_BEGIN
+float exp_sub_avx2(float* s, int64_t n, float mx) {
+  using namespace avx2;
+  const Vec8f vm(mx);
+  Vec8f acc(0.0f);
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t m = std::min<int64_t>(8, n - j);
+    const Vec8f e = exp(load_first(s + j, m) - vm) & first_lanes(m);
+    store_first(s + j, e, m);
+    acc = acc + e;
+  }
+  return hsum(acc);
+}
+
+float row_max_avx2(const float* s, int64_t n, float init) {
+  using namespace avx2;
+  Vec8f m(init);
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t k = std::min<int64_t>(8, n - j);
+    m = _mm256_max_ps(m.v, select(first_lanes(k), load_first(s + j, k), Vec8f(init)).v);
+  }
+  return hmax(m);
+}
+
+void scale_row_avx2(float* x, int64_t n, float f) {
+  using namespace avx2;
+  const Vec8f v(f);
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t m = std::min<int64_t>(8, n - j);
+    store_first(x + j, load_first(x + j, m) * v, m);
+  }
+}
+
+void ds_row_avx2(const float* p, float* dp, int64_t n, float delta) {
+  using namespace avx2;
+  const Vec8f d(delta);
+  for (int64_t j = 0; j < n; j += 8) {
+    const int64_t m = std::min<int64_t>(8, n - j);
+    store_first(dp + j, load_first(p + j, m) * (load_first(dp + j, m) - d), m);
+  }
+}
+NEURON_AVX2_END
+#endif
+
+bool use_avx2() { return NEURON_KERNELS_X86 && simd_level() == SimdLevel::Avx2; }
+
+float exp_sub(float* s, int64_t n, float mx) {
+#if NEURON_KERNELS_X86
+  if (use_avx2()) return exp_sub_avx2(s, n, mx);
+#endif
+  return exp_sub_portable(s, n, mx);
+}
+
+float row_max(const float* s, int64_t n, float init) {
+#if NEURON_KERNELS_X86
+  if (use_avx2()) return row_max_avx2(s, n, init);
+#endif
+  return row_max_portable(s, n, init);
+}
+
+void scale_row(float* x, int64_t n, float f) {
+#if NEURON_KERNELS_X86
+  if (use_avx2()) return scale_row_avx2(x, n, f);
+#endif
+  scale_row_portable(x, n, f);
 }
 
 void ds_row(const float* p, float* dp, int64_t n, float delta) {
-  static const bool simd = simd_level() == SimdLevel::Avx2;
-  simd ? ds_row_avx2(p, dp, n, delta) : ds_row_portable(p, dp, n, delta);
+#if NEURON_KERNELS_X86
+  if (use_avx2()) return ds_row_avx2(p, dp, n, delta);
+#endif
+  ds_row_portable(p, dp, n, delta);
 }
 
 // C[m, n] (ldc) = A @ B (+ C when accumulate), fp32, with A [m, k] given by (a, a_rs, a_cs) and
@@ -218,7 +242,7 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
             std::fill(s, s + nk, 0.0f);
             continue;
           }
-          const float corr = std::exp(m[static_cast<size_t>(i)] - mx);
+          const float corr = vm::exp(m[static_cast<size_t>(i)] - mx);
           const float sum = exp_sub(s, nk, mx);
           l[static_cast<size_t>(i)] = l[static_cast<size_t>(i)] * corr + sum;
           m[static_cast<size_t>(i)] = mx;
@@ -229,10 +253,14 @@ void attention_forward(const AttentionArgs& a, void* out, const int64_t out_s[4]
       }
       for (int64_t i = 0; i < nq; ++i) {
         const float li = l[static_cast<size_t>(i)];
-        scale_row(O.data() + i * a.Dv, a.Dv, li > 0 ? 1.0f / li : 0.0f);
+        if (li == 0 && a.nan_masked_rows)
+          std::fill(O.data() + i * a.Dv, O.data() + (i + 1) * a.Dv,
+                    std::numeric_limits<float>::quiet_NaN());
+        else
+          scale_row(O.data() + i * a.Dv, a.Dv, li > 0 ? 1.0f / li : 0.0f);
         if (lse)
           lse[b * lse_s[0] + h * lse_s[1] + (q0 + i) * lse_s[2]] =
-              li > 0 ? m[static_cast<size_t>(i)] + std::log(li) : kNegInf;
+              li > 0 ? m[static_cast<size_t>(i)] + vm::log(li) : kNegInf;
       }
       store_block(O.data(), out, a.dtype, out_s, b, h, q0, nq, a.Dv);
     }

@@ -32,6 +32,9 @@ struct AttentionArgs {
   bool mask_excludes = false;
   bool causal = false;
   double scale = 1.0;
+  // Rows whose keys are all masked: zeros (SDPA, the default) or NaN (what softmax of an all -inf
+  // row gives; compiled graphs whose attention came from an explicit softmax keep that).
+  bool nan_masked_rows = false;
 };
 
 // out [B, Hq, Lq, Dv] (strides out_s), lse [B, Hq, Lq] fp32 log-sum-exp of the scaled, masked

@@ -8,7 +8,7 @@
 
 #include "dispatch.h"
 #include "gemm.h"
-#include "rows.h"
+#include "convert.h"
 #include "runtime/thread_pool.h"
 
 namespace neuron::kernels {

@@ -1,6 +1,8 @@
 #include "convert.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "dispatch.h"
 #include "simd.h"
@@ -130,6 +132,26 @@ ConvertFn find_convert(DType to, DType from) {
   }
 #endif
   return find_portable(to, from);
+}
+
+namespace {
+ConvertFn f32_converter(DType to, DType from) {
+  ConvertFn f = find_convert(to, from);
+  if (!f)
+    throw std::invalid_argument(std::string("fp32 row conversion: unsupported dtype ") +
+                                std::string(dtype_name(to == DType::Float32 ? from : to)));
+  return f;
+}
+}  // namespace
+
+void strided_to_f32(const void* src, DType t, int64_t stride, float* dst, int64_t n) {
+  f32_converter(DType::Float32, t)(dst, 4, src, stride * static_cast<int64_t>(element_size(t)),
+                                   n);
+}
+
+void strided_from_f32(const float* src, void* dst, DType t, int64_t stride, int64_t n) {
+  f32_converter(t, DType::Float32)(dst, stride * static_cast<int64_t>(element_size(t)), src, 4,
+                                   n);
 }
 
 }  // namespace neuron::kernels

@@ -10,7 +10,7 @@
 #include "dispatch.h"
 #include "runtime/thread_pool.h"
 #include "simd.h"
-#include "simd_avx2.h"
+#include "simd/vec_avx2.h"
 
 namespace neuron::kernels {
 
@@ -146,7 +146,7 @@ struct AdamVec {
 // bf16 or f16). The same operations in the same order as the scalar loop (no FMA contraction),
 // so fp32 results are bitwise identical to the portable path. Returns the elements done.
 template <typename S>
-__attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off"))) int64_t adam_avx2(S* p, S* g, S* m, S* v, S* vmax, int64_t n, const AdamVec& c) {
+NEURON_AVX2 int64_t adam_avx2(S* p, S* g, S* m, S* v, S* vmax, int64_t n, const AdamVec& c) {
   using namespace avx2;
   const __m256 beta1 = _mm256_set1_ps(c.beta1), beta2 = _mm256_set1_ps(c.beta2);
   const __m256 c1 = _mm256_set1_ps(c.c1), c2 = _mm256_set1_ps(c.c2), wd = _mm256_set1_ps(c.wd);

@@ -12,7 +12,7 @@
 #include "simd.h"
 #include "dispatch.h"
 #include "gemv.h"
-#include "rows.h"
+#include "convert.h"
 #include "runtime/thread_pool.h"
 
 namespace neuron::kernels {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "dispatch.h"
-#include "rows.h"
+#include "convert.h"
 #include "runtime/thread_pool.h"
-#include "simd_avx2.h"
+#include "simd/vec_avx2.h"
 
 namespace neuron::kernels {
 namespace {

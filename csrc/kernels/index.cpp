@@ -13,7 +13,7 @@
 #include "copy.h"
 #include "dispatch.h"
 #include "lines.h"
-#include "rows.h"
+#include "convert.h"
 #include "runtime/thread_pool.h"
 #include "strided_loop.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "rows.h"
+#include "convert.h"
 #include "runtime/thread_pool.h"
 
 namespace neuron::kernels {

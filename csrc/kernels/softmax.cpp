@@ -1,5 +1,6 @@
 #include "softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -8,13 +9,16 @@
 
 #include "dispatch.h"
 #include "lines.h"
-#include "rows.h"
-#include "simd_avx2.h"
+#include "convert.h"
+#include "simd/vec_avx2.h"
+#include "simd/vmath.h"
 
 namespace neuron::kernels {
 namespace {
 
 // ---- fp32 rows (x and y may alias) ----
+// exp and log are the kernels' (simd/vmath.h, simd/vec_avx2.h); a row's tail runs through the
+// vector body too, so an element's result does not depend on where the row is split.
 
 void softmax_row_portable(const float* x, float* y, int64_t n, bool log) {
   float mx = -std::numeric_limits<float>::infinity();
@@ -24,12 +28,12 @@ void softmax_row_portable(const float* x, float* y, int64_t n, bool log) {
   }
   float sum = 0.0f;
   if (log) {
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
-    const float lse = mx + std::log(sum);
+    for (int64_t i = 0; i < n; ++i) sum += vm::exp(x[i] - mx);
+    const float lse = mx + vm::log(sum);
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      y[i] = std::exp(x[i] - mx);
+      y[i] = vm::exp(x[i] - mx);
       sum += y[i];
     }
     const float inv = 1.0f / sum;
@@ -37,91 +41,78 @@ void softmax_row_portable(const float* x, float* y, int64_t n, bool log) {
   }
 }
 
-NEURON_AVX2 void softmax_row_avx2(const float* x, float* y, int64_t n, bool log) {
-  int64_t i = 0;
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  bool nan = false;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0;
-    vmax = _mm256_max_ps(vmax, v);
-  }
-  float mx = avx2::hmax(vmax);
-  for (; i < n; ++i) {
-    nan |= std::isnan(x[i]);
-    mx = std::max(mx, x[i]);
-  }
-  if (nan) mx = std::numeric_limits<float>::quiet_NaN();
-  const __m256 vm = _mm256_set1_ps(mx);
-  __m256 vs = _mm256_setzero_ps();
-  float sum = 0.0f;
-  i = 0;
-  if (log) {
-    for (; i + 8 <= n; i += 8)
-      vs = _mm256_add_ps(vs, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
-    sum = avx2::hsum(vs);
-    for (; i < n; ++i) sum += std::exp(x[i] - mx);
-    const float lse = mx + std::log(sum);
-    const __m256 vl = _mm256_set1_ps(lse);
-    for (i = 0; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), vl));
-    for (; i < n; ++i) y[i] = x[i] - lse;
-    return;
-  }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-    _mm256_storeu_ps(y + i, e);
-    vs = _mm256_add_ps(vs, e);
-  }
-  sum = avx2::hsum(vs);
-  for (; i < n; ++i) {
-    y[i] = std::exp(x[i] - mx);
-    sum += y[i];
-  }
-  const float inv = 1.0f / sum;
-  const __m256 vi = _mm256_set1_ps(inv);
-  for (i = 0; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vi));
-  for (; i < n; ++i) y[i] *= inv;
-}
-
 void softmax_bwd_row_portable(const float* g, const float* y, float* gi, int64_t n, bool log) {
   float s = 0.0f;
   if (log) {
     for (int64_t i = 0; i < n; ++i) s += g[i];
-    for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * s;
+    for (int64_t i = 0; i < n; ++i) gi[i] = g[i] - vm::exp(y[i]) * s;
   } else {
     for (int64_t i = 0; i < n; ++i) s += g[i] * y[i];
     for (int64_t i = 0; i < n; ++i) gi[i] = y[i] * (g[i] - s);
   }
 }
 
-NEURON_AVX2 void softmax_bwd_row_avx2(const float* g, const float* y, float* gi, int64_t n,
-                                      bool log) {
-  int64_t i = 0;
-  __m256 vs = _mm256_setzero_ps();
-  float s;
+#if NEURON_KERNELS_X86
+NEURON_AVX2_BEGIN
+void softmax_row_avx2(const float* x, float* y, int64_t n, bool log) {
+  using namespace avx2;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  Vec8f vmax(ninf), vnan(0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    const Vec8f v = select(first_lanes(m), load_first(x + i, m), Vec8f(ninf));
+    vnan = vnan | isnan(v);
+    vmax = _mm256_max_ps(vmax.v, v.v);
+  }
+  float mx = hmax(vmax);
+  if (_mm256_movemask_ps(vnan.v)) mx = std::numeric_limits<float>::quiet_NaN();
+  const Vec8f vm(mx);
+  Vec8f vs(0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    const Vec8f e = exp(load_first(x + i, m) - vm) & first_lanes(m);
+    if (!log) store_first(y + i, e, m);
+    vs = vs + e;
+  }
+  const float sum = hsum(vs);
   if (log) {
-    for (; i + 8 <= n; i += 8) vs = _mm256_add_ps(vs, _mm256_loadu_ps(g + i));
-    s = avx2::hsum(vs);
-    for (; i < n; ++i) s += g[i];
-    const __m256 vss = _mm256_set1_ps(s);
-    for (i = 0; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(gi + i, _mm256_fnmadd_ps(avx2::exp8(_mm256_loadu_ps(y + i)), vss,
-                                                _mm256_loadu_ps(g + i)));
-    for (; i < n; ++i) gi[i] = g[i] - std::exp(y[i]) * s;
+    const Vec8f vl(mx + vm::log(sum));
+    for (int64_t i = 0; i < n; i += 8) {
+      const int64_t m = std::min<int64_t>(8, n - i);
+      store_first(y + i, load_first(x + i, m) - vl, m);
+    }
     return;
   }
-  for (; i + 8 <= n; i += 8)
-    vs = _mm256_fmadd_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(y + i), vs);
-  s = avx2::hsum(vs);
-  for (; i < n; ++i) s += g[i] * y[i];
-  const __m256 vss = _mm256_set1_ps(s);
-  for (i = 0; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(
-        gi + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(g + i), vss)));
-  for (; i < n; ++i) gi[i] = y[i] * (g[i] - s);
+  const Vec8f vi(1.0f / sum);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    store_first(y + i, load_first(y + i, m) * vi, m);
+  }
 }
+
+void softmax_bwd_row_avx2(const float* g, const float* y, float* gi, int64_t n, bool log) {
+  using namespace avx2;
+  Vec8f vs(0.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    vs = log ? vs + load_first(g + i, m) : fmadd(load_first(g + i, m), load_first(y + i, m), vs);
+  }
+  const Vec8f s(hsum(vs));
+  for (int64_t i = 0; i < n; i += 8) {
+    const int64_t m = std::min<int64_t>(8, n - i);
+    const Vec8f gv = load_first(g + i, m), yv = load_first(y + i, m);
+    store_first(gi + i, log ? fnmadd(exp(yv), s, gv) : yv * (gv - s), m);
+  }
+}
+NEURON_AVX2_END
+#else
+void softmax_row_avx2(const float* x, float* y, int64_t n, bool log) {
+  softmax_row_portable(x, y, n, log);
+}
+void softmax_bwd_row_avx2(const float* g, const float* y, float* gi, int64_t n, bool log) {
+  softmax_bwd_row_portable(g, y, gi, n, log);
+}
+#endif
 
 // ---- fp64 rows ----
 

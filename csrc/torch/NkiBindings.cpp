@@ -9,10 +9,12 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cctype>
 
 #include "nki/cost_model.h"
 #include "nki/error.h"
 #include "nki/executor.h"
+#include "nki/isa.h"
 #include "nki/launch.h"
 #include "nki/program.h"
 #include "runtime/runtime.h"
@@ -166,6 +168,64 @@ nki::Target target_from(const py::dict& d) {
   return t;
 }
 
+// The instruction set as isa.def declares it, for the Python tracer (python/nki/_tracer.py):
+// per instruction its opcode, API name, engines, operand names and attribute slots, plus the
+// names of every enum an attribute or operand can hold.
+py::dict isa_table() {
+  auto lower = [](std::string_view v) {
+    std::string s(v);
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  py::dict ops;
+  for (const auto& d : nki::isa::kInstrs) {
+    py::list engines, operands;
+    for (int e = 0; e < nki::kNumEngines; ++e)
+      if (d.engines & (1u << e))
+        engines.append(lower(nki::engine_name(static_cast<nki::Engine>(e))));
+    for (int k = 0; k < d.num_operands; ++k) operands.append(std::string(d.operands[k].name));
+    py::dict attrs;
+    for (int k = 0; k < d.num_attrs; ++k) {
+      const auto& a = d.attrs[k];
+      attrs[py::str(std::string(a.name))] =
+          py::make_tuple(std::string(nki::isa::attr_kind_name(a.kind)), a.slot, a.count);
+    }
+    py::dict e;
+    e["code"] = static_cast<int>(d.op);
+    e["api"] = std::string(d.api);
+    e["engines"] = engines;
+    e["operands"] = operands;
+    e["attrs"] = attrs;
+    ops[py::str(std::string(d.id))] = e;
+  }
+  py::list alu, act, engines, mems, cmds, dtypes;
+  for (int i = 0; i < static_cast<int>(nki::Alu::Count); ++i)
+    alu.append(std::string(nki::alu_name(static_cast<nki::Alu>(i))));
+  for (int i = 0; i < static_cast<int>(nki::Act::Count); ++i)
+    act.append(std::string(nki::act_name(static_cast<nki::Act>(i))));
+  for (int i = 0; i < nki::kNumEngines; ++i)
+    engines.append(lower(nki::engine_name(static_cast<nki::Engine>(i))));
+  for (int i = 0; i < 3; ++i) mems.append(lower(nki::mem_name(static_cast<nki::Mem>(i))));
+  for (int i = 0; i < static_cast<int>(nki::ReduceCmd::Count); ++i)
+    cmds.append(std::string(nki::reduce_cmd_name(static_cast<nki::ReduceCmd>(i))));
+  for (int i = 0; i < nki::kNumDTypes; ++i) {
+    const auto t = static_cast<nki::DT>(i);
+    dtypes.append(py::make_tuple(std::string(nki::dt_name(t)), nki::dt_size(t)));
+  }
+  py::dict out;
+  out["ops"] = ops;
+  out["alu"] = alu;
+  out["act"] = act;
+  out["engines"] = engines;
+  out["mems"] = mems;
+  out["reduce_cmd"] = cmds;
+  out["dtypes"] = dtypes;
+  out["max_operands"] = nki::kMaxOperands;
+  out["num_ints"] = nki::kNumInts;
+  out["num_floats"] = nki::kNumFloats;
+  return out;
+}
+
 }  // namespace
 
 void register_nki(py::module_& parent) {
@@ -177,6 +237,8 @@ void register_nki(py::module_& parent) {
       translate_nki_error(e);
     }
   });
+
+  m.def("isa_table", &isa_table);
 
   // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
   // the runtime.

@@ -12,7 +12,7 @@ import math
 import re
 
 from . import _dtypes as dt
-from ._tracer import MEM_HBM, MEM_PSUM, MEM_SBUF, current
+from ._tracer import current, mem_code
 
 
 class MemoryRegion(enum.Enum):
@@ -29,7 +29,7 @@ class MemoryRegion(enum.Enum):
 
     @property
     def mem(self) -> int:
-        return {"sbuf": MEM_SBUF, "psum": MEM_PSUM}.get(self.value, MEM_HBM)
+        return mem_code(self.value if self.value in ("sbuf", "psum") else "hbm")
 
 
 class _Buffer:
@@ -953,7 +953,7 @@ def new_tensor(
     loc = tr.loc()
     bid = tr.program.add_buffer(buffer.mem, dtype.code, list(shape), name, loc, is_input, fixed_p, fixed_f)
     b = _Buffer(bid, buffer, dtype, shape, name)
-    if buffer.mem == MEM_HBM:
+    if buffer not in (MemoryRegion.sbuf, MemoryRegion.psum):
         kind = "in" if is_input else ("shared" if buffer == MemoryRegion.shared_hbm else "private")
         b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
         tr.hbm.append(b.slot_info)

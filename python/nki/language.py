@@ -345,13 +345,18 @@ def fori_loop(lower, upper, body_fun, step=1) -> None:
     r = tr.program.add_register()
     lo_r, lo_i = _reg_operand(lower)
     hi_r, hi_i = _reg_operand(upper)
-    _tracer.emit("LoopBegin", "sync", [], [r, lo_r, lo_i, hi_r, hi_i, step, -1])
+    _tracer.emit(
+        "LoopBegin",
+        "sync",
+        {},
+        {"iterator": r, "lower_reg": lo_r, "lower": lo_i, "upper_reg": hi_r, "upper": hi_i, "step": step},
+    )
     tr.loop_depth += 1
     try:
         body_fun(VirtualRegister(r))
     finally:
         tr.loop_depth -= 1
-    _tracer.emit("LoopEnd", "sync", [], [-1])
+    _tracer.emit("LoopEnd", "sync")
 
 
 def while_loop(init, body_fun) -> None:
@@ -361,8 +366,8 @@ def while_loop(init, body_fun) -> None:
         raise TypeError("while_loop: init must be a VirtualRegister")
     tr = _tracer.current()
     cond = tr.program.add_register()
-    _tracer.emit("RegMove", "sync", [], [cond, init.id, 0])
-    _tracer.emit("WhileBegin", "sync", [], [cond, -1])
+    _tracer.emit("RegMove", "sync", {}, {"dst": cond, "src": init.id, "imm": 0})
+    _tracer.emit("WhileBegin", "sync", {}, {"condition": cond})
     tr.loop_depth += 1
     try:
         nxt = body_fun(VirtualRegister(cond))
@@ -370,7 +375,7 @@ def while_loop(init, body_fun) -> None:
         tr.loop_depth -= 1
     if not isinstance(nxt, VirtualRegister):
         raise TypeError("while_loop: body_fun must return the next condition register (a VirtualRegister)")
-    _tracer.emit("WhileEnd", "sync", [], [-1, nxt.id])
+    _tracer.emit("WhileEnd", "sync", {}, {"next_condition": nxt.id})
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -383,13 +388,18 @@ def dynamic_range(start, stop=None, step=1):
     r = tr.program.add_register()
     lo_r, lo_i = _reg_operand(start)
     hi_r, hi_i = _reg_operand(stop)
-    _tracer.emit("LoopBegin", "sync", [], [r, lo_r, lo_i, hi_r, hi_i, step, -1])
+    _tracer.emit(
+        "LoopBegin",
+        "sync",
+        {},
+        {"iterator": r, "lower_reg": lo_r, "lower": lo_i, "upper_reg": hi_r, "upper": hi_i, "step": step},
+    )
     tr.loop_depth += 1
     try:
         yield VirtualRegister(r)
     finally:
         tr.loop_depth -= 1
-    _tracer.emit("LoopEnd", "sync", [], [-1])
+    _tracer.emit("LoopEnd", "sync")
 
 
 def ds(start, size) -> DynSlice:
@@ -1160,7 +1170,10 @@ class _Ops:
     """Operator objects passed as `op=` to nki.isa (the nl functions themselves)."""
 
     def __getattr__(self, name):
-        return globals()[name]
+        try:
+            return globals()[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 nisa_ops = _Ops()

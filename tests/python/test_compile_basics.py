@@ -69,11 +69,18 @@ def test_data_dependent_graph_break(fresh_compile):
 
 def test_new_shape_recompiles(fresh_compile, caplog):
     cf = torch.compile(f_basic, backend="neuron")
-    for n in (2, 3, 5, 3):
-        x, y = torch.randn(n, 4), torch.randn(4, 6)
-        torch.testing.assert_close(cf(x.to("neuron"), y.to("neuron")).cpu(), f_basic(x, y), rtol=1e-5, atol=1e-5)
-    # One NEFF per distinct shape; the repeated shape reuses its compiled graph.
-    assert torch.neuron.get_dynamo_metrics()["graphs_compiled"] == 3
+    with caplog.at_level(logging.INFO, logger="torch_neuronx.neuron_dynamo_backend.backend"):
+        for n in (2, 3, 5, 3, 5, 5):
+            x, y = torch.randn(n, 4), torch.randn(4, 6)
+            torch.testing.assert_close(cf(x.to("neuron"), y.to("neuron")).cpu(), f_basic(x, y), rtol=1e-5, atol=1e-5)
+    # One NEFF per distinct shape; repeated shapes reuse their compiled graph (no retrace).
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["graphs_compiled"] == 3 and m["aot_graphs"]["inference"] == 3
+    assert m["dynamo_graphs"] == 2  # the second shape makes Dynamo's graph dynamic
+    # The recompile names the input whose shape changed.
+    lines = [r.getMessage() for r in caplog.records if "recompiling" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "float32[3, 4] strides [4, 1] on neuron -> float32[5, 4] strides [4, 1] on neuron" in lines[0]
 
 
 def test_dynamic_true_is_treated_as_static(fresh_compile, caplog):

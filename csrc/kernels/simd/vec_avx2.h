@@ -2,12 +2,15 @@
 // loads/stores and the vector versions of vmath.h (same algorithms, fused multiply-adds).
 // Everything here is compiled for avx2+fma+f16c through a target pragma and lives in
 // namespace neuron::kernels::avx2; only call it after simd_level() returned Avx2.
-// Code that uses these types must itself sit between NEURON_AVX2_BEGIN and NEURON_AVX2_END.
+// Code that uses these types must itself sit between NEURON_AVX2_BEGIN and NEURON_AVX2_END, or
+// be a function marked NEURON_AVX2. This is the one SIMD layer of the tree: kernels, the
+// compiler's VM loops and the NKI executor use it, chosen at run time by simd_level().
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/dtype.h"
 #include "kernels/simd.h"
 #include "kernels/simd/vmath.h"
 
@@ -24,6 +27,8 @@
 #define NEURON_AVX2_BEGIN _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c\")")
 #define NEURON_AVX2_END _Pragma("GCC pop_options")
 #endif
+// One function compiled for the AVX2 target (may call everything below).
+#define NEURON_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 NEURON_AVX2_BEGIN
 namespace neuron::kernels::avx2 {
@@ -92,6 +97,30 @@ inline float hsum(Vec8f a) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+// Largest lane (_mm256_max_ps semantics: a NaN lane may or may not win; callers that care
+// check for NaN separately).
+inline float hmax(Vec8f a) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Row tails: the first n (0..8) lanes. Loads leave the other lanes 0 and read nothing past
+// p[n - 1]; stores write only the first n floats. Kernels run a row's tail through the same
+// vector body as the rest, so every element of a row is computed by the same instructions
+// wherever a row is split.
+inline __m256i lane_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline Vec8f load_first(const float* p, int64_t n) {
+  return _mm256_maskload_ps(p, lane_mask(n));
+}
+inline void store_first(float* p, Vec8f v, int64_t n) {
+  _mm256_maskstore_ps(p, lane_mask(n), v.v);
+}
+inline Vec8f first_lanes(int64_t n) { return _mm256_castsi256_ps(lane_mask(n)); }
 
 // 16-bit floats: bf16 widens by a shift; narrowing rounds to nearest even and keeps NaN quiet,
 // exactly like the scalar bf16 struct. fp16 uses the F16C instructions.
@@ -120,6 +149,13 @@ inline void store_f16(uint16_t* p, Vec8f a) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+// Eight elements of a storage dtype as fp32 and back, by element type (for templated kernels).
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16* p) { return load_bf16(reinterpret_cast<const uint16_t*>(p)).v; }
+inline __m256 load8(const f16* p) { return load_f16(reinterpret_cast<const uint16_t*>(p)).v; }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(bf16* p, __m256 v) { store_bf16(reinterpret_cast<uint16_t*>(p), v); }
+inline void store8(f16* p, __m256 v) { store_f16(reinterpret_cast<uint16_t*>(p), v); }
 
 template <size_t N>
 inline Vec8f horner(Vec8f x, const float (&c)[N]) {

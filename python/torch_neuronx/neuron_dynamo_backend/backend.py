@@ -362,12 +362,26 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, prefix: str 
 
 
 class _Specializing:
-    """Dynamic-shape graphs: compile one static graph per concrete input signature."""
+    """Dynamic-shape graphs: compile one static graph per concrete input signature. Each new
+    signature compiles once (then it is a dictionary lookup); the log line names the inputs
+    whose shape, strides or dtype changed against the previous signature."""
 
     def __init__(self, gm: torch.fx.GraphModule, prefix: str = "") -> None:
         self.gm = gm
         self.prefix = prefix
         self.compiled: dict[tuple, Callable] = {}
+        self.names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.last: tuple | None = None
+
+    def _reason(self, sig: tuple) -> str:
+        if self.last is None:
+            return "first call"
+        diffs = []
+        for i, (a, b) in enumerate(zip(self.last, sig)):
+            if a != b:
+                name = self.names[i] if i < len(self.names) else f"arg{i}"
+                diffs.append(f"input {i} ({name}): {_sig_str(a)} -> {_sig_str(b)}")
+        return "; ".join(diffs) or "new input signature"
 
     def __call__(self, *args):
         sig = tuple(
@@ -376,9 +390,21 @@ class _Specializing:
         )
         fn = self.compiled.get(sig)
         if fn is None:
+            reason = self._reason(sig)
+            if self.compiled:
+                log.info("neuron backend: recompiling a dynamic-shape graph (%d signature(s) compiled so far): %s",
+                         len(self.compiled), reason)
             fn = _compile_static(self.gm, list(args), self.prefix)
             self.compiled[sig] = fn
+        self.last = sig
         return fn(*args)
+
+
+def _sig_str(s: tuple) -> str:
+    if s and s[0] == "s":
+        return repr(s[1])
+    shape, stride, dtype, device = s
+    return f"{str(dtype).replace('torch.', '')}{list(shape)} strides {list(stride)} on {device}"
 
 
 def graph_hash(text: str) -> str:

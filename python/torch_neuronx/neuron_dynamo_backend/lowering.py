@@ -170,7 +170,7 @@ class Lowering:
             if n.op == "placeholder":
                 self.placeholder(n)
             elif n.op == "get_attr":
-                self.env[n] = V(self.b.constant(_fetch_attr(self.gm, n.target)))
+                self.env[n] = self.attribute(n)
             elif n.op == "call_function":
                 try:
                     self.env[n] = self.call(n)
@@ -211,6 +211,23 @@ class Lowering:
         self.input_index[n] = len(self.input_index)
         self.placeholders.append(n)
         self.env[n] = V(self.b.input(DTYPE[val.dtype], list(val.shape), list(val.stride()), n.name))
+
+    def attribute(self, n: torch.fx.Node) -> V:
+        """A tensor the graph reads as a module attribute becomes a constant of the program.
+        Attributes are real tensors (parameters, buffers, tensors a model keeps such as an
+        empty KV-cache placeholder), often on the neuron device, while AOT compiles under its
+        fake mode: read them outside that mode."""
+        from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+
+        t = _fetch_attr(self.gm, n.target)
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"attribute {n.target} of type {type(t).__name__}")
+        if isinstance(t, FakeTensor):
+            raise Unsupported(f"attribute {n.target} is a fake tensor (its value is unknown at compile time)")
+        if t.dtype not in DTYPE:
+            raise Unsupported(f"attribute {n.target} of dtype {t.dtype}")
+        with unset_fake_temporarily():
+            return V(self.b.constant(t.detach().to("cpu").contiguous()))
 
     def stand_in(self, val: Any) -> Any:
         if isinstance(val, torch.Tensor) and val.dtype in DTYPE and all(isinstance(s, int) for s in val.shape):
