@@ -224,8 +224,14 @@ void* HbmAllocator::try_allocate_locked(size_t rounded, size_t bytes, Stream* st
 std::string HbmAllocator::oom_message_locked(size_t bytes, bool host_failed) const {
   const uint64_t reserved = static_cast<uint64_t>(stats_.reserved_bytes.current);
   const uint64_t free_bytes = reserved < capacity_ ? capacity_ - reserved : 0;
+  // Requests are served in blocks of a granule (round_size): name the block when it is bigger,
+  // or "4 B requested, 107 B free" would read as a contradiction.
+  const size_t block = round_size(bytes);
+  const std::string what =
+      block == bytes ? format_bytes(bytes)
+                     : str(format_bytes(bytes), " (a ", format_bytes(block), " block)");
   return str(
-      "neuron:", device_, " out of HBM memory: tried to allocate ", format_bytes(bytes), "; ",
+      "neuron:", device_, " out of HBM memory: tried to allocate ", what, "; ",
       format_bytes(static_cast<uint64_t>(stats_.allocated_bytes.current)), " of ",
       format_bytes(capacity_), " allocated, ", format_bytes(reserved),
       " reserved by the caching allocator, ", format_bytes(free_bytes), " free",

@@ -184,7 +184,12 @@ std::vector<int> parse_core_list_impl(const std::string& var, const std::string&
     for (int64_t id = lo; id <= hi; ++id) ids.push_back(static_cast<int>(id));
   }
   std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  // A core listed twice is a mistake in the list (the process would get fewer cores than it
+  // names): say so instead of dropping the repeat.
+  const auto dup = std::adjacent_find(ids.begin(), ids.end());
+  NEURON_RT_CHECK_T(ConfigError, dup == ids.end(), var, "=", value, ": core ",
+                    dup == ids.end() ? 0 : *dup, " is listed more than once; ", forms, " (",
+                    where, ")");
   return ids;
 }
 
@@ -282,8 +287,8 @@ Topology Topology::from_env(const EnvMap& env) {
   if (auto v = lookup_scalar(env, kHbmVar)) {
     const std::string msg =
         str(kHbmVar, "=", *v,
-            ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the ", p.name,
-            " default is ", capacity / kGiB);
+            ": expected a number of GiB per logical core greater than 0 and at most 1048576 (e.g. "
+            "24 or 0.5); the ", p.name, " default is ", capacity / kGiB);
     double gib = 0;
     try {
       gib = parse_double(kHbmVar, *v, 0, 1 << 20);

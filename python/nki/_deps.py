@@ -11,10 +11,13 @@ of a function or module), ``["a", name]`` (an attribute) and ``["c", name]`` (a 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import dis
 import enum
 import hashlib
+import json
 import logging
 import os
 import sys
@@ -225,10 +228,11 @@ class Deps:
     """What one trace read. `values`: [(path, value, frozen or None)]; `files`: {path: sha256};
     `unkeyable`: why the trace cannot be persisted (empty when it can)."""
 
-    def __init__(self):
+    def __init__(self, recorded: bool = False):
         self.values: list[tuple] = []
         self.files: dict[str, str] = {}
         self.unkeyable: list[str] = []
+        self.recorded = recorded  # from a Recorder (files and values of the code that ran)
 
     def valid_in_memory(self, func) -> bool:
         """Whether every recorded value is still what the trace saw (same object, or an equal
@@ -249,7 +253,7 @@ class Deps:
     @classmethod
     def from_manifest(cls, manifest: dict, func) -> Deps:
         """The in-memory form of a stored manifest that matched this process."""
-        deps = cls()
+        deps = cls(recorded=True)
         deps.files = {p: d for p, d in manifest["files"]}
         for p, _d in manifest["values"]:
             path = _path_from_json(p)
@@ -263,6 +267,57 @@ class Deps:
             "files": sorted([p, d] for p, d in self.files.items()),
             "values": sorted([_path_json(p), digest(f)] for p, _v, f in self.values),
         }
+
+    def portable(self, func) -> dict | None:
+        """The manifest with paths rooted at modules instead of at `func` (for a cache that must
+        check it before the function is at hand, the warm-start index); None when the trace
+        was not recorded, read something unkeyable or a closure cell of `func`."""
+        if not self.recorded or self.unkeyable:
+            return None
+        mod = sys.modules.get(getattr(func, "__module__", None) or "")
+        if getattr(mod, "__dict__", None) is not getattr(func, "__globals__", None):
+            mod = None
+        values = []
+        for path, _v, f in self.values:
+            if path[0] == "k":
+                if mod is None or path[1][0] != "g":
+                    return None
+                path = ("m", mod.__name__, *path[1:])
+            values.append([_path_json(path), digest(f)])
+        return {"files": sorted([p, d] for p, d in self.files.items()), "values": sorted(values)}
+
+
+def merge(manifests) -> dict | None:
+    """One manifest covering all of `manifests` (None if any is None)."""
+    files: dict = {}
+    values: dict = {}
+    for m in manifests:
+        if m is None:
+            return None
+        files.update((p, d) for p, d in m["files"])
+        values.update((json.dumps(p), (p, d)) for p, d in m["values"])
+    return {
+        "files": sorted([p, d] for p, d in files.items()),
+        "values": sorted(list(v) for v in values.values()),
+    }
+
+
+_required: contextvars.ContextVar = contextvars.ContextVar("nki_recording_required", default=False)
+
+
+@contextlib.contextmanager
+def recording_required():
+    """Kernels traced (or taken from memory) inside the block carry recorded deps, because their
+    programs go into something another process reuses (a NEFF behind the warm-start index)."""
+    token = _required.set(True)
+    try:
+        yield
+    finally:
+        _required.reset(token)
+
+
+def required() -> bool:
+    return _required.get()
 
 
 def _path_json(path) -> list:
@@ -327,7 +382,9 @@ class Recorder:
 
     def finish(self) -> Deps:
         """The files and values the codes that ran read."""
-        return collect(self.func, self.codes, files=True)
+        deps = collect(self.func, self.codes, files=True)
+        deps.recorded = True
+        return deps
 
 
 def static_deps(func, max_functions: int = 256) -> Deps:

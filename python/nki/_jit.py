@@ -313,7 +313,10 @@ class Kernel:
 
     def _memory_hit(self, key) -> TracedKernel | None:
         """The trace for `key` whose recorded globals and closure values still hold."""
+        need_recorded = _deps.required()
         for traced in self._shared["cache"].get(key, ()):
+            if need_recorded and not traced.deps.recorded:
+                continue
             if traced.deps.valid_in_memory(self.func):
                 return traced
         return None
@@ -338,7 +341,7 @@ class Kernel:
                     else:
                         stats["disk_hits"] += 1
                         return TracedKernel(programs, meta, deps)
-        if material is not None:
+        if material is not None or _deps.required():
             # Only a trace that may be reused by another process pays for recording what it read
             # (tracing runs 1.5-3x slower under it); in memory the static view suffices.
             with _deps.Recorder(self.func) as rec:

@@ -250,7 +250,8 @@ TEST(Allocator, OutOfMemoryMessageAndCounters) {
   } catch (const OutOfMemoryError& e) {
     EXPECT_STREQ(
         e.what(),
-        "neuron:1 out of HBM memory: tried to allocate 1.00 MiB; 8.00 MiB of 8.00 MiB allocated, "
+        "neuron:1 out of HBM memory: tried to allocate 1.00 MiB (a 2.00 MiB block); 8.00 MiB of "
+        "8.00 MiB allocated, "
         "8.00 MiB reserved by the caching allocator, 0 B free. Free tensors or call "
         "torch.neuron.empty_cache(); the capacity per logical core is set by the instance profile "
         "(NEURON_EMU_HBM_GB overrides it).");
@@ -279,6 +280,21 @@ TEST(Allocator, OutOfMemoryMessageAndCounters) {
   EXPECT_THROW(a.allocate(9 * kMiB, nullptr), OutOfMemoryError);  // larger than the capacity
   EXPECT_EQ(a.stats().num_ooms, 3);
   a.free(live);
+}
+
+TEST(Allocator, OutOfMemoryMessageNamesTheBlockARequestNeeds) {
+  // 4 B need one 512 B block: "tried to allocate 4 B ... 107 B free" contradicted itself.
+  HbmAllocator a(0, 107);
+  try {
+    a.allocate(4, nullptr);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tried to allocate 4 B (a 512 B block); 0 B of 107 B allocated"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("107 B free"), std::string::npos) << msg;
+  }
 }
 
 TEST(Allocator, FreeOfUnknownPointerThrows) {

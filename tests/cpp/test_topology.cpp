@@ -182,7 +182,7 @@ TEST(Topology, VisibleCoresForms) {
   };
   for (const Case& c :
        {Case{"2", {2}}, Case{"1-3", {1, 2, 3}}, Case{"0,2", {0, 2}}, Case{"0-1,3", {0, 1, 3}},
-        Case{" 1 , 3 ", {1, 3}}, Case{"3,1-2,1", {1, 2, 3}}}) {
+        Case{" 1 , 3 ", {1, 3}}, Case{"3,1-2", {1, 2, 3}}}) {
     Topology t = Topology::from_env({{"NEURON_RT_VISIBLE_CORES", c.value}});
     EXPECT_EQ(global_ids(t), c.ids) << c.value;
     for (size_t i = 0; i < t.visible.size(); ++i)
@@ -219,6 +219,12 @@ TEST(Topology, VisibleCoresBadForms) {
   EXPECT_EQ(
       config_error({{"NEURON_RT_VISIBLE_CORES", "1,"}}),
       "NEURON_RT_VISIBLE_CORES=1,: '' is not a core id or range; " + forms + " (" + where + ")");
+  // A core named twice (0,0 or overlapping ranges) is an error, not silently one core.
+  EXPECT_EQ(config_error({{"NEURON_RT_VISIBLE_CORES", "0,0"}}),
+            "NEURON_RT_VISIBLE_CORES=0,0: core 0 is listed more than once; " + forms + " (" +
+                where + ")");
+  EXPECT_NE(config_error({{"NEURON_RT_VISIBLE_CORES", "3,1-2,1"}}).find("core 1 is listed more than once"),
+            std::string::npos);
   for (const char* bad : {"-1", "1-2-3", "1.5", "0x1", ",", "1--2"}) {
     const std::string msg = config_error({{"NEURON_RT_VISIBLE_CORES", bad}});
     EXPECT_EQ(msg.rfind(std::string("NEURON_RT_VISIBLE_CORES=") + bad + ": ", 0), 0u) << msg;
@@ -268,12 +274,11 @@ TEST(Topology, HbmOverrideIsGiBPerLogicalCore) {
   EXPECT_EQ(Topology::from_env({{"NEURON_EMU_HBM_GB", "2"}}).visible[0].hbm_capacity, 2 * kGiB);
   // An empty value counts as unset for scalar variables.
   EXPECT_EQ(Topology::from_env({{"NEURON_EMU_HBM_GB", ""}}).visible[0].hbm_capacity, 24 * kGiB);
-  for (const char* bad : {"0", "-1", "abc", "nan", "1GB"}) {
+  for (const char* bad : {"0", "-1", "abc", "nan", "1GB", "1e9"}) {
     EXPECT_EQ(config_error({{"NEURON_EMU_HBM_GB", bad}}),
               std::string("NEURON_EMU_HBM_GB=") + bad +
-                  ": expected a positive number of GiB per logical core (e.g. 24 or 0.5); the "
-                  "trn2.3xlarge "
-                  "default is 24");
+                  ": expected a number of GiB per logical core greater than 0 and at most 1048576 "
+                  "(e.g. 24 or 0.5); the trn2.3xlarge default is 24");
   }
 }
 

@@ -274,3 +274,10 @@ def test_cpu_side_ops_stay_on_the_cpu(fresh_compile):
     assert a.device.type == "cpu" and b.device.type == "neuron"
     torch.testing.assert_close(a, x * 2 + 1)
     torch.testing.assert_close(b.cpu(), (x * 2).sum())
+
+
+def test_bad_fallback_execution_value_names_the_variable(fresh_compile, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "bogus")
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    with pytest.raises(Exception, match="TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION='bogus': expected 1"):
+        torch.compile(f_basic, backend="neuron")(x.to("neuron"), y.to("neuron"))

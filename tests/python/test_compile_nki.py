@@ -483,3 +483,62 @@ print(json.dumps({"ok": bool(torch.equal(out, a.cpu() * 3)), "warm": m["warm_sta
     assert runs[0]["ok"] and runs[0]["sources"]["compiled"] == 1
     # No file to check the kernel against: no warm start, but the NEFF itself is reused.
     assert runs[1]["ok"] and runs[1]["warm"] == 0 and runs[1]["sources"]["disk"] == 1
+
+
+_HELPER_MODULE = '''
+import os
+import nki.language as nl
+
+OFFSET = float(os.environ.get("KOFFSET", "0"))
+
+
+def shift(t):
+    return nl.add(t, OFFSET + DELTA)
+'''
+
+_DEP_MODULE = '''
+import nki, nki.language as nl, torch
+from torch_neuronx import nki_op, wrap_nki
+import khelp
+
+@nki.jit
+def kernel(a):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(c, value=khelp.shift(nl.load(a)))
+    return c
+
+@nki_op("nkicc_deps::shift", mutates_args={})
+def shift(a: torch.Tensor) -> torch.Tensor:
+    return wrap_nki(kernel)(a)
+'''
+
+_DEP_RUN = '''
+import json, sys, torch
+sys.path.insert(0, {dir!r})
+import kmod, khelp
+a = torch.ones(128, 32).to("neuron")
+out = torch.compile(lambda x: kmod.shift(x * 2), backend="neuron")(a).cpu()
+m = torch.neuron.get_dynamo_metrics()
+print(json.dumps({{"value": float(out[0, 0]), "warm": m["warm_starts"]}}))
+'''
+
+
+def test_warm_start_checks_what_the_nki_op_read(py, tmp_path):
+    """The warm-start index serves a NEFF only while the helper modules the kernel ran and the
+    globals they read are unchanged (was: only the kernel's and the op body's files)."""
+    d = tmp_path / "mod"
+    d.mkdir()
+    (d / "kmod.py").write_text(textwrap.dedent(_DEP_MODULE))
+
+    def run(delta: str, offset: str) -> dict:
+        (d / "khelp.py").write_text(textwrap.dedent(_HELPER_MODULE).replace("DELTA", delta))
+        env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache"), "KOFFSET": offset,
+               "PYTHONDONTWRITEBYTECODE": "1"}
+        r = py(_DEP_RUN.format(dir=str(d)), env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    assert run("1.0", "0") == {"value": 3.0, "warm": 0}
+    assert run("1.0", "0") == {"value": 3.0, "warm": 1}
+    assert run("1.0", "5") == {"value": 8.0, "warm": 0}  # a global set from the environment
+    assert run("10.0", "0") == {"value": 12.0, "warm": 0}  # an edited helper module

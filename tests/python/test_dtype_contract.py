@@ -82,7 +82,7 @@ def test_fallback_ops_warn_too(py):
     assert (PREFIX + INT64_MSG) in r.stderr
 
 
-def test_strict_mode_rejects_out_of_range_values(py):
+def test_strict_mode_rejects_out_of_range_values(py, tmp_path):
     env = {"NEURON_EMU_STRICT_DTYPES": "1"}
     ok = py(
         """
@@ -95,17 +95,19 @@ def test_strict_mode_rejects_out_of_range_values(py):
         env=env,
     )
     assert ok.returncode == 0, ok.stderr
-    bad_int = py(
-        """
-        import torch
-        a = torch.tensor([1, 2**40], dtype=torch.int64, device='neuron')
-        b = a + 1
-        torch.neuron.synchronize()
-        """,
-        env=env,
-    )
-    assert bad_int.returncode != 0
-    assert "aten::add.Tensor" in bad_int.stderr and "does not fit in int32" in bad_int.stderr
+    # A value that does not fit fails where it enters the device: the copy (.to('neuron'),
+    # torch.tensor(..., device='neuron')), not only the first kernel that reads it.
+    for create in (
+        "a = torch.tensor([1, 2**40], dtype=torch.int64).to('neuron')",
+        "a = torch.tensor([1, 2**40], dtype=torch.int64, device='neuron')",
+    ):
+        bad_int = py(f"import torch\n{create}\nprint('CREATED')\n", env=env)
+        assert bad_int.returncode != 0 and "CREATED" not in bad_int.stdout
+        assert "copy to neuron (tensor.to('neuron'), copy_): int64 value 1099511627776 does not fit in int32" in (
+            bad_int.stderr
+        ), bad_int.stderr
+    bad_f64 = py("import torch\nd = torch.tensor([1e300], dtype=torch.float64).to('neuron')\n", env=env)
+    assert bad_f64.returncode != 0 and "copy to neuron" in bad_f64.stderr and "overflows float32" in bad_f64.stderr
     overflow = py(
         """
         import torch
@@ -119,31 +121,36 @@ def test_strict_mode_rejects_out_of_range_values(py):
     bad_float = py(
         """
         import torch
-        d = torch.tensor([1e300], dtype=torch.float64, device='neuron')
-        s = d.sum()
+        d = torch.tensor([1e30, 1e30], dtype=torch.float64, device='neuron')
+        s = (d * 1e10).sum()   # 1e40 leaves the float32 range inside the device
         torch.neuron.synchronize()
         """,
         env=env,
     )
     assert bad_float.returncode != 0
-    assert "overflows float32" in bad_float.stderr and "aten::sum" in bad_float.stderr
+    assert "overflows float32" in bad_float.stderr and "aten::mul" in bad_float.stderr
     tiny = py(
         """
         import torch
-        d = torch.tensor([1e-300], dtype=torch.float64, device='neuron')
-        (d + 0).cpu()
+        d = torch.tensor([1e-30], dtype=torch.float64, device='neuron')
+        (d * 1e-20).cpu()
         """,
         env=env,
     )
     assert tiny.returncode != 0 and "precision" in tiny.stderr
+    # Compiled graphs compute 64-bit values exactly and do not check them (docs/eager-kernels.md):
+    # the out-of-range result reaches the CPU fallback of the next eager op, which does.
     fb = py(
         """
         import torch
-        x = torch.tensor([3, 2**40], dtype=torch.int64).to('neuron')
-        torch.ops.aten.kthvalue(x, 1)
+        x = torch.tensor([3, 2**20], dtype=torch.int64).to('neuron')
+        y = torch.compile(lambda t: t * 2**20, backend='neuron')(x)
+        print('COMPILED', y.cpu().tolist())
+        torch.ops.aten.kthvalue(y, 1)
         """,
-        env=env,
+        env=dict(env, TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff")),
     )
+    assert "COMPILED [3145728, 1099511627776]" in fb.stdout, fb.stderr
     assert fb.returncode != 0 and "aten::kthvalue" in fb.stderr and "int32" in fb.stderr
 
 

@@ -6,6 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 
 #include "../Common.h"
+#include "../DtypeContract.h"
 #include "../NeuronAllocator.h"
 #include "kernels/copy.h"
 #include "runtime/event.h"
@@ -60,6 +61,10 @@ void copy_h2d(const at::Tensor& dst, const at::Tensor& src_in, bool non_blocking
     TORCH_CHECK(make_copy_refs(dst, src, d, s), "neuron: cannot copy ", src_in.scalar_type(),
                 " to ", dst.scalar_type());
   }
+  // The device holds 64-bit values in 32 bits: with NEURON_EMU_STRICT_DTYPES=1 a value that
+  // does not fit fails here, where it enters the device, not only at a later kernel.
+  if (dtype_contract::is_64bit(dst.scalar_type()) && dtype_contract::strict())
+    dtype_contract::check_host_tensor(src, "copy to neuron (tensor.to('neuron'), copy_)");
   const auto dev = dst.device().index();
   rt::Stream& stream = current_stream(dev);
   const bool async = non_blocking && src.is_same(src_in) && storage_is_pinned(src);

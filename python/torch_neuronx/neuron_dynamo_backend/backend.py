@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from nki import _deps
 
 from .. import _C
 from .._progress import slow_step
@@ -79,6 +80,7 @@ class CompiledGraph:
         self.template = self._output_template(gm, L)
         self.n_inputs = len(L.input_index)
         self.sources = sorted(L.sources)
+        self.nki_deps = _deps.merge(L.nki_deps)
         self.exe = _C._cc.compile(
             L.b,
             {
@@ -139,12 +141,23 @@ class _Partitioned(torch.nn.Module):
 
 
 def _fallback_execution_allowed() -> bool:
-    v = os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1").strip().lower()
-    return v in ("0", "false", "no", "off")
+    """TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION: on (the default) raises a compile failure, 0 runs
+    the graph eagerly. A value that is neither raises, naming the variable."""
+    raw = os.environ.get("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    v = raw.strip().lower()
+    if v in ("0", "false", "no", "off"):
+        return True
+    if v in ("", "1", "true", "yes", "on"):
+        return False
+    raise ValueError(
+        f"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION={raw!r}: expected 1 (the default: a graph that fails to "
+        "compile raises) or 0 (it runs eagerly, with a warning)"
+    )
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str, prefix: str = "") -> Callable:
     name = f"{prefix}g{next(_counter)}_{kind}"
+    _fallback_execution_allowed()  # a bad value fails every compilation, not only a failing one
     try:
         return _compile_aten_graph(gm, example_inputs, name)
     except Exception as e:

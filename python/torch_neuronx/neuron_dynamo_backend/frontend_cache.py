@@ -7,9 +7,11 @@ entries live next to the NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR/frontend/<key>.en
 atomically and sealed by the runtime's cache-file helper (checksum + the entry's own key), so a
 damaged entry or one written for another graph is rejected (counted as ``cache_corrupted``) and
 the normal path runs. An entry names its NEFF by key and graph hash; the NEFF loader checks
-both against the NEFF's embedded metadata. An entry also lists the source files of NKI kernels
-compiled into the NEFF (with content hashes): when one of them changed, the entry is not used
-(the normal path retraces the kernels and compiles a new NEFF).
+both against the NEFF's embedded metadata. An entry also lists
+what the NKI ops compiled into the NEFF read while they were traced (nki._deps: the source files
+of every module whose code ran in the op bodies and their kernels, with content hashes, and the
+values of the module globals they read): when any of it changed, the entry is not used (the
+normal path retraces the kernels and compiles a new NEFF). docs/caches.md lists every key.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from nki import _deps
 
 from .. import _C
 
-_FORMAT = 2
+_FORMAT = 3
 _KIND = "frontend"
 
 
@@ -87,6 +90,8 @@ def lookup(k: str) -> Callable | None:
             return None
         if any(_file_hash(path) != digest for path, digest in entry.get("sources", [])):
             return None
+        if not _deps.manifest_matches(entry["nki_deps"], None):
+            return None  # a source an NKI op ran, or a global it read, changed
         exe = _C._cc.load_cached(str(entry["neff_key"]), str(entry["graph_hash"]))
         template = [tuple(t) for t in entry["template"]]
         n_inputs = int(entry["n_inputs"])
@@ -124,8 +129,12 @@ def store(k: str, boxed_fn: Callable, aten_graph: torch.fx.GraphModule, n_dynamo
         if digest is None:
             return  # a kernel without a readable source file: never warm-start past it
         sources.append([path, digest])
+    nki_deps = getattr(inner, "nki_deps", None)
+    if nki_deps is None:
+        return  # an NKI op read something another process cannot check: never warm-start past it
     entry = {
         "format": _FORMAT,
+        "nki_deps": nki_deps,
         "neff_key": inner.exe.key,
         "graph_hash": inner.exe.graph_hash,
         "template": inner.template,

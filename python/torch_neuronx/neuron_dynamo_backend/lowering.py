@@ -102,6 +102,9 @@ class Lowering:
         # Source files the compiled program depends on beyond the FX graph (NKI kernels traced
         # into it): a warm start must not reuse the NEFF after they change.
         self.sources: set[str] = set()
+        # What the NKI ops' bodies and kernels read while traced (nki._deps manifests, None
+        # when one cannot be checked in another process).
+        self.nki_deps: list = []
 
     # ---- helpers -------------------------------------------------------------------------
     def type(self, v: int) -> tuple[torch.dtype, list[int]]:

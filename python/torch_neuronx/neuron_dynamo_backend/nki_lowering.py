@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from nki import _deps
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -138,6 +139,7 @@ class _Recording:
         self._program_index: dict[bytes, int] = {}
         self._serialized: dict[int, int] = {}
         self.kernels: list = []
+        self.kernel_deps: list = []  # per launch: the portable manifest of what its trace read
         self.device = None
         self.launches = 0
 
@@ -219,6 +221,7 @@ class _Recording:
         meta = traced.meta
         kname = meta["name"] + (f"[{', '.join(map(str, meta['grid']))}]" if meta["grid"] else "")
         self.kernels.append(kernel.func)
+        self.kernel_deps.append(traced.deps.portable(kernel.func))
         self.launches += 1
         shared = []
         for i, s in enumerate(meta["shared"]):
@@ -373,6 +376,7 @@ class _Call:
         self.n_bases = 0
         self.payload = b""
         self.sources: set[str] = set()
+        self.nki_deps: dict | None = None  # nki._deps manifest (None: cannot be checked later)
         self.summary = ""
 
 
@@ -470,7 +474,10 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
                     kwargs[m] = nb
             args = []
         try:
-            with observe_launches(rec.launch), _Recorder(rec):
+            # What the body and its kernels read (sources, globals) goes with the NEFF into the
+            # warm-start index, which must not serve the NEFF after any of it changed.
+            with observe_launches(rec.launch), _Recorder(rec), _deps.recording_required(), \
+                    _deps.Recorder(info.fn) as body_reads:
                 result = info.fn(*args, **kwargs)
         except Unsupported:
             raise
@@ -490,6 +497,7 @@ def _record(n: torch.fx.Node, kind: str, op, info) -> _Call:
         # Code without a source file cannot be checked later: a name that never hashes keeps
         # the graph out of the warm-start index.
         call.sources.add(path if path and os.path.exists(path) else f"<no source file: {f.__qualname__}>")
+    call.nki_deps = _deps.merge([body_reads.finish().portable(info.fn), *rec.kernel_deps])
     call.summary = f"{rec.launches} launch(es), {len(rec.programs)} program(s)"
     return call
 
@@ -622,6 +630,7 @@ def lower_nki_op(L: Lowering, n: torch.fx.Node) -> Any:
         types,
     )
     L.sources.update(call.sources)
+    L.nki_deps.append(call.nki_deps)
     if not L.tolerant:
         metrics.record_nki_op(info.name)
         log.debug("neuron: %s compiled as one NKI node (%s)", info.name, call.summary)
