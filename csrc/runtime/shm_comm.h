@@ -59,6 +59,8 @@ class ShmComm {
   // Starts a collective: publishes this rank's descriptor. The next barrier() checks that all
   // ranks published equal ones (collective_mismatch) and throws naming them otherwise.
   void begin(const CollectiveDesc& desc);
+  // Checks the descriptors now (a barrier) rather than at the collective's first barrier.
+  void verify(std::chrono::milliseconds timeout) { end(timeout); }
   // Ends the collective begun last; runs a barrier if none ran since begin() (so that the
   // descriptors are always checked, e.g. for an empty tensor).
   void end(std::chrono::milliseconds timeout);

@@ -61,3 +61,13 @@ def _native_kernels():
 
     torch_neuronx._C._set_fallback_model("native")
     yield
+
+
+@pytest.fixture(scope="session")
+def lab1_one_node():
+    """Lab 1 Step 5 as the lab guide runs it (torchrun, 4 ranks on one host); shared by the
+    one-node test and the two-node test that compares its losses."""
+    from dist_launch import torchrun
+
+    return torchrun("distributed_fsdp.py", os.path.join(REPO, "examples", "lab1"),
+                    {"NEURON_RT_VIRTUAL_CORE_SIZE": "2", "NEURON_RT_NUM_CORES": "4"})

@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from repo_paths import REPO
@@ -45,7 +47,8 @@ def torchrun(script: str, cwd: str, extra_env: dict | None = None, nproc: int = 
     cmd = _torchrun_cmd(script, args, nproc, free_port())
     if private_shm:
         cmd = _in_private_shm(cmd)
-    return subprocess.run(cmd, cwd=cwd, env=_env(extra_env), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=_env(extra_env), capture_output=True, text=True, timeout=timeout,
+                          check=False)
 
 
 def _in_private_shm(cmd: list[str]) -> list[str]:
@@ -64,7 +67,8 @@ def private_shm_available() -> bool:
     """Private mount namespaces need root (CI runs as root)."""
     try:
         r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c",
-                            "mount -t tmpfs tmpfs /dev/shm && touch /dev/shm/x"], capture_output=True, timeout=30)
+                            "mount -t tmpfs tmpfs /dev/shm && touch /dev/shm/x"], capture_output=True, timeout=30,
+                           check=False)
         return r.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
@@ -79,23 +83,35 @@ class Node:
 def nodes(script: str, cwd: str, extra_env: dict | None = None, nnodes: int = 2, nproc: int = 2, args=(),
           timeout: int = 300) -> list[Node]:
     """Runs `script` on `nnodes` torchrun nodes of `nproc` ranks on this host, each with a
-    private /dev/shm; returns each node's exit code and output (node order of launch, not of
-    GROUP_RANK)."""
+    private /dev/shm; returns each node's exit code and output (in launch order, not in
+    GROUP_RANK order). The rendezvous endpoint is a store served by this process, as an
+    external endpoint would be, so that any node may die without taking the rendezvous along.
+    A node still running after `timeout` is killed (exit code -9) and its output returned."""
+    import torch.distributed as dist
+
     port = free_port()
+    rdzv = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     env = _env(extra_env)
     procs = [subprocess.Popen(_in_private_shm(_torchrun_cmd(script, args, nproc, port, nnodes, n)), cwd=cwd, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
              for n in range(nnodes)]
+    deadline = time.monotonic() + timeout
     out = []
     try:
         for p in procs:
-            text, _ = p.communicate(timeout=timeout)
+            try:
+                text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                text, _ = p.communicate()
+                text += f"\n[killed after {timeout} s]"
             out.append(Node(p.returncode, text))
     finally:
         for p in procs:
             if p.poll() is None:
-                os.killpg(p.pid, 9)
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        del rdzv
     return out
 
 

@@ -1,12 +1,12 @@
 """The `neuron` c10d backend under torchrun with 4 ranks on one host (one logical core each):
 results, validation of the calls across ranks, dead peers, and what is left behind."""
 
+import itertools
 import os
 import re
 
 import pytest
 from dist_launch import free_port, private_shm_available, shm_left, torchrun
-from repo_paths import REPO
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "dist_scripts")
@@ -24,13 +24,6 @@ def test_every_collective_matches_local_reference():
     assert lines_matching(r"rank \d transport \S+", r.stdout) == [f"rank {i} transport shm" for i in range(4)]
 
 
-@pytest.fixture(scope="session")
-def lab1_one_node():
-    """Lab 1 Step 5 as the lab guide runs it (4 ranks on one host)."""
-    return torchrun("distributed_fsdp.py", os.path.join(REPO, "examples", "lab1"),
-                    {"NEURON_RT_VIRTUAL_CORE_SIZE": "2", "NEURON_RT_NUM_CORES": "4"})
-
-
 def lab1_losses(stdout: str) -> list[float]:
     return [float(line.rsplit(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("Iteration ")]
 
@@ -46,7 +39,7 @@ def test_lab1_step5_fsdp_example(lab1_one_node):
     assert [line.split(",")[0] for line in lines if line.startswith("Iteration ")] == [
         f"Iteration {i}/5" for i in range(1, 6)
     ]
-    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
     assert lines[-1] == "Training complete!"
 
 

@@ -128,7 +128,10 @@ void GlooLink::run(const c10::intrusive_ptr<c10d::Work>& work, std::vector<at::T
       for (int m : members_)
         if (m != members_[static_cast<size_t>(rank_)]) peers.push_back(m);
       const std::vector<int> silent = watchdog_->silent(peers, kSilenceGrace);
-      if (!silent.empty()) gone = ranks_text(silent) + (silent.size() == 1 ? " is" : " are") + " gone (no heartbeat); ";
+      if (!silent.empty())
+        gone = ranks_text(silent) + (silent.size() == 1 ? " is" : " are") + " gone (no heartbeat); ";
+      else if (peers.size() == 1 && watchdog_->store_lost())
+        gone = ranks_text(peers) + " is gone (and so is the c10d store's host); ";
     }
     std::string msg = e.what();
     if (const size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);

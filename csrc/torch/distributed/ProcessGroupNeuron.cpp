@@ -424,7 +424,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, con
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, const char* name,
                                                            const std::vector<at::Tensor>& tensors,
                                                            std::vector<at::Tensor> outputs, rt::CollectiveDesc desc,
-                                                           Scope scope, std::function<void(const std::string&)> body) {
+                                                           std::function<void(const std::string&)> body) {
   c10::DeviceIndex device = tensors.empty() ? static_cast<c10::DeviceIndex>(rt::current_device()) : tensors[0].device().index();
   for (const at::Tensor& t : tensors)
     TORCH_CHECK(t.device().index() == device, "neuron collective ", name, ": tensors on different devices (neuron:",
@@ -432,9 +432,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
   translate_errors([&] { check_usable(); });
   rt::Stream& gs = translate_errors([&]() -> rt::Stream& { return group_stream(device); });
   return launch(type, name, gs, tensors, std::move(outputs),
-                [this, desc = std::move(desc), scope, body = std::move(body), keep = tensors]() mutable {
+                [this, desc = std::move(desc), body = std::move(body), keep = tensors]() mutable {
                   try {
-                    run_collective(desc, scope, body);
+                    run_collective(desc, body);
                   } catch (...) {
                     std::lock_guard<std::mutex> lock(graveyard_mu_);  // Gloo may still use them
                     graveyard_.insert(graveyard_.end(), keep.begin(), keep.end());
@@ -443,13 +443,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
                 });
 }
 
-void ProcessGroupNeuron::run_collective(const rt::CollectiveDesc& desc, Scope scope,
+void ProcessGroupNeuron::run_collective(const rt::CollectiveDesc& desc,
                                         const std::function<void(const std::string&)>& body) {
   const std::string what = str("neuron collective ", desc.op, " #", desc.seq);
   try {
     check_usable();
     shm_->begin(desc);
-    if (all_) validate(desc, scope, what + " (checking the calls of all ranks)");
+    if (all_) {
+      // Agreement within the host, then among the counterparts, implies agreement of all: every
+      // rank then takes the same steps (a mismatch found by some ranks reaches the others
+      // through their shared memory or the watchdog). The ranks always check in this order and
+      // in the same groups, so a mismatch cannot leave ranks waiting in different groups.
+      const std::string checking = what + " (checking the calls of all ranks)";
+      shm_->verify(timeout_);
+      validate(desc, *fabric_.cross, checking);
+      if (!desc.send_bytes.empty() && fabric_.cross != all_.get()) validate(desc, *all_, checking);  // splits, pairwise
+    }
     body(what);
     shm_->end(timeout_);
   } catch (const std::exception& e) {
@@ -458,8 +467,7 @@ void ProcessGroupNeuron::run_collective(const rt::CollectiveDesc& desc, Scope sc
   }
 }
 
-void ProcessGroupNeuron::validate(const rt::CollectiveDesc& desc, Scope scope, const std::string& what) {
-  GlooLink& link = scope == Scope::Cross ? *fabric_.cross : *all_;
+void ProcessGroupNeuron::validate(const rt::CollectiveDesc& desc, GlooLink& link, const std::string& what) {
   const size_t cap = rt::CollectiveDesc::max_encoded_size(size_);
   std::vector<char> mine(cap, 0), all(cap * static_cast<size_t>(link.size()));
   desc.encode(mine.data());
@@ -499,7 +507,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   for (const auto& t : tensors) spans.push_back(span(t, "all_reduce"));
   const Op op = to_op(opts.reduceOp);
   return enqueue(c10d::OpType::ALLREDUCE, "c10d::allreduce", tensors, tensors,
-                 describe("all_reduce", tensors, op_name(op)), Scope::Cross, [this, spans, op](const std::string& what) {
+                 describe("all_reduce", tensors, op_name(op)), [this, spans, op](const std::string& what) {
                    for (const Span& s : spans) all_reduce(fabric_, s.ptr, s.ptr, s.numel, s.dtype, op, what);
                  });
 }
@@ -520,7 +528,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   const Op op = to_op(opts.reduceOp);
   const bool root = opts.rootRank == rank_;
   return enqueue(c10d::OpType::REDUCE, "c10d::reduce", tensors, tensors,
-                 describe("reduce", tensors, op_name(op), static_cast<int>(opts.rootRank)), Scope::Cross,
+                 describe("reduce", tensors, op_name(op), static_cast<int>(opts.rootRank)),
                  [this, spans, op, root](const std::string& what) {
                    for (const Span& s : spans) all_reduce(fabric_, s.ptr, root ? s.ptr : nullptr, s.numel, s.dtype, op, what);
                  });
@@ -533,7 +541,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   for (const auto& t : tensors) spans.push_back(span(t, "broadcast"));
   const int root = static_cast<int>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "c10d::broadcast", tensors, tensors,
-                 describe("broadcast", tensors, "", root), Scope::All, [this, spans, root](const std::string& what) {
+                 describe("broadcast", tensors, "", root), [this, spans, root](const std::string& what) {
                    for (const Span& s : spans) {
                      if (all_)
                        all_->broadcast(s.ptr, s.bytes(), root, what);
@@ -552,7 +560,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
   std::vector<char*> outs;
   for (int r = 0; r < size_; ++r) outs.push_back(out.ptr + static_cast<size_t>(r) * in.bytes());
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "c10d::all_gather_into_tensor", {input, output}, {output},
-                 describe("all_gather_into_tensor", {input}), Scope::Cross,
+                 describe("all_gather_into_tensor", {input}),
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
 
@@ -573,7 +581,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
     all.push_back(o);
   }
   return enqueue(c10d::OpType::ALLGATHER, "c10d::all_gather", all, outputs[0], describe("all_gather", inputs),
-                 Scope::Cross,
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
 
@@ -596,7 +603,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     all.push_back(outputs[i]);
   }
   return enqueue(c10d::OpType::COALESCED, "c10d::all_gather_into_tensor_coalesced", all, outputs,
-                 describe("all_gather_into_tensor_coalesced", inputs), Scope::Cross,
+                 describe("all_gather_into_tensor_coalesced", inputs),
                  [this, parts](const std::string& what) {
                    for (const auto& [in, outs] : parts) all_gather(fabric_, in.ptr, in.bytes(), outs, what);
                  });
@@ -626,7 +633,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "neuron collective gather: only the root passes output tensors");
   }
-  return enqueue(c10d::OpType::GATHER, "c10d::gather", all, result, describe("gather", inputs, "", root), Scope::Cross,
+  return enqueue(c10d::OpType::GATHER, "c10d::gather", all, result, describe("gather", inputs, "", root),
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
 
@@ -652,7 +659,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
     }
   }
   return enqueue(c10d::OpType::SCATTER, "c10d::scatter", all, outputs, describe("scatter", outputs, "", root),
-                 Scope::All, [this, ins, out, root](const std::string& what) {
+                 [this, ins, out, root](const std::string& what) {
                    if (all_)
                      all_->scatter({ins.begin(), ins.end()}, out.ptr, out.bytes(), root, what);
                    else
@@ -670,7 +677,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   std::vector<const char*> blocks;
   for (int r = 0; r < size_; ++r) blocks.push_back(in.ptr + static_cast<size_t>(r) * out.bytes());
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "c10d::reduce_scatter_tensor", {input, output}, {output},
-                 describe("reduce_scatter_tensor", {input}, op_name(op)), Scope::Cross,
+                 describe("reduce_scatter_tensor", {input}, op_name(op)),
                  [this, blocks, out, op](const std::string& what) {
                    torch_glue::reduce_scatter(fabric_, blocks, out.ptr, out.numel, out.dtype, op, what);
                  });
@@ -693,7 +700,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
   }
   const Op op = to_op(opts.reduceOp);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "c10d::reduce_scatter", all, outputs,
-                 describe("reduce_scatter", outputs, op_name(op)), Scope::Cross,
+                 describe("reduce_scatter", outputs, op_name(op)),
                  [this, blocks, out, op](const std::string& what) {
                    torch_glue::reduce_scatter(fabric_, blocks, out.ptr, out.numel, out.dtype, op, what);
                  });
@@ -719,7 +726,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
   }
   const Op op = to_op(opts.reduceOp);
   return enqueue(c10d::OpType::COALESCED, "c10d::reduce_scatter_tensor_coalesced", all, outputs,
-                 describe("reduce_scatter_tensor_coalesced", inputs, op_name(op)), Scope::Cross,
+                 describe("reduce_scatter_tensor_coalesced", inputs, op_name(op)),
                  [this, parts, op](const std::string& what) {
                    for (const auto& [blocks, out] : parts)
                      torch_glue::reduce_scatter(fabric_, blocks, out.ptr, out.numel, out.dtype, op, what);
@@ -774,7 +781,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
     d.recv_bytes.push_back(recv.back().second);
   }
   return enqueue(c10d::OpType::ALLTOALL_BASE, "c10d::all_to_all_single", {input, output}, {output}, std::move(d),
-                 Scope::All, [this, send, recv, in, out](const std::string& what) {
+                 [this, send, recv, in, out](const std::string& what) {
                    if (!all_) return shm_all_to_all(*shm_, send, recv, what.c_str(), timeout_);
                    std::vector<size_t> ss, rs;
                    for (const auto& s : send) ss.push_back(s.second);
@@ -805,7 +812,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
     all.push_back(inputs[static_cast<size_t>(r)]);
     all.push_back(outputs[static_cast<size_t>(r)]);
   }
-  return enqueue(c10d::OpType::ALLTOALL, "c10d::all_to_all", all, outputs, std::move(d), Scope::All,
+  return enqueue(c10d::OpType::ALLTOALL, "c10d::all_to_all", all, outputs, std::move(d),
                  [this, send, recv](const std::string& what) {
                    if (!all_) return shm_all_to_all(*shm_, send, recv, what.c_str(), timeout_);
                    // Gloo's all-to-all takes one buffer per direction: pack, exchange, unpack.
@@ -823,7 +830,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions&) {
-  return enqueue(c10d::OpType::BARRIER, "c10d::barrier", {}, {}, describe("barrier", {}), Scope::All,
+  return enqueue(c10d::OpType::BARRIER, "c10d::barrier", {}, {}, describe("barrier", {}),
                  [this](const std::string& what) {
                    if (all_) all_->barrier(what);
                  });

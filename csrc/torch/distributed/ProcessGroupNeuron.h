@@ -100,17 +100,13 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // Which ranks must agree on a collective's descriptor before it moves data across hosts:
-  // the counterparts (hierarchical algorithms) or every rank (the rest).
-  enum class Scope { Cross, All };
-
   void join(const c10::intrusive_ptr<c10d::Store>& store, const GlooFactory& make_gloo);
   void wait_for_keys(c10d::Store& store, const std::string& what, const std::vector<int>& ranks);
   rt::CollectiveDesc describe(const char* op, const std::vector<at::Tensor>& agreed, const std::string& reduce = "",
                               int root = -1);
   // Queues `body` on the group's stream of the tensors' device as collective `desc`.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
-                                         std::vector<at::Tensor> outputs, rt::CollectiveDesc desc, Scope scope,
+                                         std::vector<at::Tensor> outputs, rt::CollectiveDesc desc,
                                          std::function<void(const std::string& what)> body);
   // Queues a point-to-point transfer on the stream of (peer, direction).
   c10::intrusive_ptr<c10d::Work> enqueue_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer,
@@ -118,8 +114,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, rt::Stream& stream,
                                         const std::vector<at::Tensor>& tensors, std::vector<at::Tensor> outputs,
                                         std::function<void()> task);
-  void run_collective(const rt::CollectiveDesc& desc, Scope scope, const std::function<void(const std::string&)>& body);
-  void validate(const rt::CollectiveDesc& desc, Scope scope, const std::string& what);
+  void run_collective(const rt::CollectiveDesc& desc, const std::function<void(const std::string&)>& body);
+  void validate(const rt::CollectiveDesc& desc, GlooLink& link, const std::string& what);
   rt::Stream& group_stream(c10::DeviceIndex device);
   rt::Stream& p2p_stream(c10::DeviceIndex device, int peer, bool sending);
 

@@ -32,6 +32,8 @@ class Watchdog {
   // The ranks of `ranks` whose heartbeat does not advance within `grace` (they have exited,
   // hang without their process, or lost the network). Empty when the store is unreachable.
   std::vector<int> silent(const std::vector<int>& ranks, std::chrono::milliseconds grace);
+  // True once the store could not be reached (its host ended or died).
+  bool store_lost() const { return store_lost_; }
 
  private:
   void loop();

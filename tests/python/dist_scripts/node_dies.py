@@ -43,4 +43,8 @@ try:
     print(f"rank {r} no error", flush=True)
 except RuntimeError as e:
     print(f"rank {r} failed after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}", flush=True)
+    # Fail as a job would (a clean exit would make torchrun wait for the dead node at its exit
+    # barrier), after the other survivor had the time to report too.
+    time.sleep(5)
+    os._exit(1)
 os._exit(0)
