@@ -50,161 +50,234 @@ double cyc(double cycles, double ghz) { return cycles / ghz; }
 
 }  // namespace
 
-InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
-  const Instr& in = prog.instrs()[idx];
-  const auto& bufs = prog.buffers();
-  InstrCost c;
-  c.engine = in.engine;
-  auto mem = [&](int k) { return bufs[in.ap[k].buf].mem; };
-  auto has = [&](int k) { return k < in.nap && in.ap[k].present(); };
-  const double mii = p.min_ii;
-  const int64_t N =
-      in.nap > 1 && has(1) ? in.ap[1].free_size() : (has(0) ? in.ap[0].free_size() : 1);
-  auto ghz = [&](Engine e) {
-    switch (e) {
-      case Engine::Tensor:
-        return p.tensor_ghz;
-      case Engine::Vector:
-        return p.vector_ghz;
-      case Engine::Scalar:
-        return p.scalar_ghz;
-      case Engine::GpSimd:
-        return p.gpsimd_ghz;
-      default:
-        return p.sync_ghz;
-    }
-  };
-  const double eg = ghz(in.engine);
-  const bool v3 = prog.target().nc_version >= 3;
-  switch (in.op) {
-    case Op::DmaCopy: {
-      c.engine = Engine::Dma;
-      const Ap &d = in.ap[0], &s = in.ap[1];
-      const int64_t n = d.numel();
-      const int64_t sb = n * dt_size(s.dtype), db = n * dt_size(d.dtype);
-      if (mem(1) == Mem::Hbm) c.hbm_read = sb;
-      if (mem(0) == Mem::Hbm) c.hbm_written = db;
-      int64_t parts = 0;
-      if (mem(0) != Mem::Hbm) parts = d.num[0];
-      if (mem(1) != Mem::Hbm) parts = std::max(parts, s.step[0] == 0 ? d.num[0] : s.num[0]);
-      const int64_t bytes = std::max(sb, db);
-      int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) /
-                                           p.partitions_per_dma_engine)
-                        : static_cast<int>(std::max<int64_t>(1, bytes / 2048));
-      q = std::clamp(q, 1, p.dma_engines);
-      const int64_t run = std::max<int64_t>(1, std::min(contiguous_run(d, mem(0) != Mem::Hbm),
-                                                        contiguous_run(s, mem(1) != Mem::Hbm)));
-      // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
-      const double chunks = in.i[2] ? static_cast<double>(std::max<int64_t>(parts, 1))
-                                    : static_cast<double>(n) / static_cast<double>(run);
-      double data =
-          static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
-      if (in.i[2]) data /= (mem(1) == Mem::Hbm ? 0.9 : 0.5);  // DMA transpose efficiency
-      c.ns = data;
-      c.queues = q;
-      c.latency_ns = p.dma_fixed_ns;
-      return c;
-    }
-    case Op::Matmul: {
-      const Ap &s = in.ap[1], &m = in.ap[2];
-      const bool dbl = in.i[2] == 1;
-      const double ns_free = static_cast<double>(s.free_size()) / (dbl ? 2 : 1);
-      const double nm_free = static_cast<double>(m.free_size()) / (dbl ? 2 : 1);
-      double cycles = std::max(std::min(64.0, ns_free), nm_free);
-      if (s.dtype == DT::Float32) cycles *= in.i[1] ? 2.0 : 4.0;
-      c.engine = Engine::Tensor;
-      c.ns = cyc(cycles, p.tensor_ghz);
-      const double K = static_cast<double>(s.num[0]) * (dbl ? 2 : 1);
-      if (!in.i[1]) c.flops = 2.0 * ns_free * nm_free * K;
-      return c;
-    }
-    case Op::Transpose: {
-      const Ap& d = in.ap[1];
-      if (in.engine == Engine::Tensor) {
-        c.ns = cyc(std::max<double>(static_cast<double>(d.num[0]),
-                                    std::min<double>(64.0, static_cast<double>(d.free_size()))),
-                   p.tensor_ghz);
-      } else {
-        c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
-      }
-      return c;
-    }
-    case Op::TensorTensor: {
-      const bool one_psum = (mem(1) == Mem::Psum) != (mem(2) == Mem::Psum);
-      const bool fast16 = is16(in.ap[0].dtype) && is16(in.ap[1].dtype) && is16(in.ap[2].dtype) &&
-                          mem(1) == Mem::Sbuf && mem(2) == Mem::Sbuf &&
-                          (v3 || (inner_contiguous(in.ap[1]) && inner_contiguous(in.ap[2])));
-      c.ns = cyc(std::max(mii, static_cast<double>(one_psum || fast16 ? N : 2 * N)), eg);
-      return c;
-    }
-    case Op::TensorScalar:
-    case Op::TensorCopy: {
-      double mode = 1;
-      if (v3 && in.engine == Engine::Vector && is16(in.ap[0].dtype) && is16(in.ap[1].dtype)) {
-        const bool sbuf = mem(0) == Mem::Sbuf && mem(1) == Mem::Sbuf;
-        const bool contig = inner_contiguous(in.ap[0]) && inner_contiguous(in.ap[1]);
-        mode = sbuf && contig ? 4 : 2;
-      }
-      c.ns = cyc(std::max(mii, static_cast<double>(N) / mode), eg);
-      return c;
-    }
-    case Op::Memset: {
-      const bool fast = in.f[0] == 0.0 && is16(in.ap[0].dtype);
-      c.ns = cyc(std::max(mii, static_cast<double>(N) / (fast ? 2 : 1)), eg);
-      return c;
-    }
-    case Op::Iota:
-    case Op::AffineSelect:
-      c.ns = cyc(150.0 + static_cast<double>(in.ap[0].free_size()), p.gpsimd_ghz);
-      return c;
-    case Op::TensorReduce: {
-      const auto op = static_cast<Alu>(in.i[0]);
-      const bool fast = in.ap[0].dtype == DT::BFloat16 && in.ap[1].dtype == DT::BFloat16 &&
-                        (op == Alu::Add || op == Alu::Max);
-      c.ns = cyc(std::max(mii, static_cast<double>(N) / (fast ? 2 : 1)), eg);
-      return c;
-    }
-    case Op::PartitionReduce:
-      c.ns = cyc(150.0 + static_cast<double>(N) * static_cast<double>(in.ap[1].num[0]) / 8.0,
-                 p.gpsimd_ghz);
-      return c;
-    case Op::Activation:
-      c.ns =
-          cyc(std::max(mii, static_cast<double>(N)) + ((in.i[1] >= 0 || has(4)) ? mii : 0.0), eg);
-      return c;
-    case Op::Reciprocal:
-      c.ns = cyc(std::max(mii, static_cast<double>(in.engine == Engine::Vector ? 8 * N : N)), eg);
-      return c;
-    case Op::TensorTensorScan:
-      c.ns = cyc(std::max(mii, static_cast<double>(2 * N)), eg);
-      return c;
-    case Op::TensorScalarReduce:
-    case Op::SelectReduce:
-    case Op::RangeSelect:
-      c.ns = cyc(std::max(mii, static_cast<double>(N)) + mii, eg);
-      return c;
-    case Op::ScalarTensorTensor: {
-      const bool fast = in.ap[1].dtype == DT::BFloat16 && in.ap[3].dtype == DT::BFloat16 &&
-                        in.i[0] == static_cast<int64_t>(Alu::Subtract) &&
-                        in.i[1] == static_cast<int64_t>(Alu::Multiply) && N % 2 == 0;
-      c.ns = cyc(std::max(mii, static_cast<double>(fast ? N : 2 * N)), eg);
-      return c;
-    }
-    case Op::CopyPredicated:
-    case Op::TensorScalarCumulative:
-    case Op::BnStats:
-    case Op::Max8:
-      c.ns = cyc(std::max(mii, static_cast<double>(N)), eg);
-      return c;
-    case Op::BnAggr:
-      c.ns = cyc(std::max(mii, 13.0 * static_cast<double>(N) / 3.0), eg);
-      return c;
-    default:  // registers and loop control on the Sync engine
-      c.engine = Engine::Sync;
-      c.ns = cyc(mii, p.sync_ghz);
-      return c;
+// What every cost function sees of its instruction.
+namespace isa {
+struct CostCtx {
+  const Program& prog;
+  const Instr& in;
+  const CostParams& p;
+  double mii;  // minimum initiation interval (cycles)
+  double eg;   // clock of the issuing engine (GHz)
+  int64_t N;   // free size of the main input (operand 1, else 0)
+  bool v3;     // NeuronCore-v3 or newer
+  Mem mem(int k) const { return prog.buffers()[in.ap[k].buf].mem; }
+  bool has(int k) const { return k < in.nap && in.ap[k].present(); }
+  double cycles(double n) const { return cyc(n, eg); }
+  double at_least_mii(double n) const { return cyc(std::max(mii, n), eg); }
+};
+}  // namespace isa
+
+namespace {
+double engine_ghz(Engine e, const CostParams& p) {
+  switch (e) {
+    case Engine::Tensor:
+      return p.tensor_ghz;
+    case Engine::Vector:
+      return p.vector_ghz;
+    case Engine::Scalar:
+      return p.scalar_ghz;
+    case Engine::GpSimd:
+      return p.gpsimd_ghz;
+    default:
+      return p.sync_ghz;
   }
 }
+}  // namespace
+
+InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
+  const Instr& in = prog.instrs()[idx];
+  InstrCost c;
+  c.engine = in.engine;
+  auto has = [&](int k) { return k < in.nap && in.ap[k].present(); };
+  const int64_t N =
+      in.nap > 1 && has(1) ? in.ap[1].free_size() : (has(0) ? in.ap[0].free_size() : 1);
+  const isa::CostCtx ctx{prog,
+                         in,
+                         p,
+                         static_cast<double>(p.min_ii),
+                         engine_ghz(in.engine, p),
+                         N,
+                         prog.target().nc_version >= 3};
+  in.def().cost(ctx, c);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-instruction costs (isa.def): engine occupancy from the documented formulas.
+
+namespace isa::cost {
+
+void DmaCopy(const CostCtx& x, InstrCost& c) {
+  const CostParams& p = x.p;
+  const Fields<Op::DmaCopy> f{x.in};
+  c.engine = Engine::Dma;
+  const Ap &d = f.ap<"dst">(), &s = f.ap<"src">();
+  const Mem dm = x.mem(Fields<Op::DmaCopy>::k<"dst">), sm = x.mem(Fields<Op::DmaCopy>::k<"src">);
+  const int64_t n = d.numel();
+  const int64_t sb = n * dt_size(s.dtype), db = n * dt_size(d.dtype);
+  if (sm == Mem::Hbm) c.hbm_read = sb;
+  if (dm == Mem::Hbm) c.hbm_written = db;
+  int64_t parts = 0;
+  if (dm != Mem::Hbm) parts = d.num[0];
+  if (sm != Mem::Hbm) parts = std::max(parts, s.step[0] == 0 ? d.num[0] : s.num[0]);
+  const int64_t bytes = std::max(sb, db);
+  int q = parts > 0 ? static_cast<int>((parts + p.partitions_per_dma_engine - 1) /
+                                       p.partitions_per_dma_engine)
+                    : static_cast<int>(std::max<int64_t>(1, bytes / 2048));
+  q = std::clamp(q, 1, p.dma_engines);
+  const int64_t run = std::max<int64_t>(
+      1, std::min(contiguous_run(d, dm != Mem::Hbm), contiguous_run(s, sm != Mem::Hbm)));
+  // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
+  const bool transpose = f.flag<"is_transpose">();
+  const double chunks = transpose ? static_cast<double>(std::max<int64_t>(parts, 1))
+                                  : static_cast<double>(n) / static_cast<double>(run);
+  double data =
+      static_cast<double>(bytes) / q / p.dma_bytes_per_ns + chunks / q * p.dma_descriptor_ns;
+  if (transpose) data /= (sm == Mem::Hbm ? 0.9 : 0.5);  // DMA transpose efficiency
+  c.ns = data;
+  c.queues = q;
+  c.latency_ns = p.dma_fixed_ns;
+}
+
+void Matmul(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::Matmul> f{x.in};
+  const Ap &s = f.ap<"stationary">(), &m = f.ap<"moving">();
+  const bool dbl = f.i<"perf_mode">() == 1, transpose = f.flag<"is_transpose">();
+  const double ns_free = static_cast<double>(s.free_size()) / (dbl ? 2 : 1);
+  const double nm_free = static_cast<double>(m.free_size()) / (dbl ? 2 : 1);
+  double cycles = std::max(std::min(64.0, ns_free), nm_free);
+  if (s.dtype == DT::Float32) cycles *= transpose ? 2.0 : 4.0;
+  c.engine = Engine::Tensor;
+  c.ns = cyc(cycles, x.p.tensor_ghz);
+  const double K = static_cast<double>(s.num[0]) * (dbl ? 2 : 1);
+  if (!transpose) c.flops = 2.0 * ns_free * nm_free * K;
+}
+
+void Transpose(const CostCtx& x, InstrCost& c) {
+  const Ap& d = Fields<Op::Transpose>{x.in}.ap<"data">();
+  if (x.in.engine == Engine::Tensor) {
+    c.ns = cyc(std::max<double>(static_cast<double>(d.num[0]),
+                                std::min<double>(64.0, static_cast<double>(d.free_size()))),
+               x.p.tensor_ghz);
+  } else {
+    c.ns = x.at_least_mii(static_cast<double>(x.N));
+  }
+}
+
+void TensorTensor(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::TensorTensor>;
+  const FX f{x.in};
+  constexpr int k1 = FX::k<"data1">, k2 = FX::k<"data2">;
+  const bool one_psum = (x.mem(k1) == Mem::Psum) != (x.mem(k2) == Mem::Psum);
+  const bool fast16 =
+      is16(f.ap<"dst">().dtype) && is16(f.ap<"data1">().dtype) && is16(f.ap<"data2">().dtype) &&
+      x.mem(k1) == Mem::Sbuf && x.mem(k2) == Mem::Sbuf &&
+      (x.v3 || (inner_contiguous(f.ap<"data1">()) && inner_contiguous(f.ap<"data2">())));
+  c.ns = x.at_least_mii(static_cast<double>(one_psum || fast16 ? x.N : 2 * x.N));
+}
+
+// tensor_scalar and tensor_copy: 2x/4x modes for 16-bit SBUF operands on NeuronCore-v3.
+static void scalar_mode(const CostCtx& x, InstrCost& c) {
+  double mode = 1;
+  if (x.v3 && x.in.engine == Engine::Vector && is16(x.in.ap[0].dtype) && is16(x.in.ap[1].dtype)) {
+    const bool sbuf = x.mem(0) == Mem::Sbuf && x.mem(1) == Mem::Sbuf;
+    const bool contig = inner_contiguous(x.in.ap[0]) && inner_contiguous(x.in.ap[1]);
+    mode = sbuf && contig ? 4 : 2;
+  }
+  c.ns = x.at_least_mii(static_cast<double>(x.N) / mode);
+}
+void TensorScalar(const CostCtx& x, InstrCost& c) {
+  static_assert(Fields<Op::TensorScalar>::k<"dst"> == 0 &&
+                Fields<Op::TensorScalar>::k<"data"> == 1);
+  scalar_mode(x, c);
+}
+void TensorCopy(const CostCtx& x, InstrCost& c) {
+  static_assert(Fields<Op::TensorCopy>::k<"dst"> == 0 && Fields<Op::TensorCopy>::k<"src"> == 1);
+  scalar_mode(x, c);
+}
+
+void Memset(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::Memset> f{x.in};
+  const bool fast = f.imm<"value">() == 0.0 && is16(f.ap<"dst">().dtype);
+  c.ns = x.at_least_mii(static_cast<double>(x.N) / (fast ? 2 : 1));
+}
+
+void Iota(const CostCtx& x, InstrCost& c) {
+  c.ns = cyc(150.0 + static_cast<double>(x.in.ap[0].free_size()), x.p.gpsimd_ghz);
+}
+void AffineSelect(const CostCtx& x, InstrCost& c) { Iota(x, c); }
+
+void TensorReduce(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::TensorReduce> f{x.in};
+  const Alu op = f.alu<"op">();
+  const bool fast = f.ap<"dst">().dtype == DT::BFloat16 && f.ap<"data">().dtype == DT::BFloat16 &&
+                    (op == Alu::Add || op == Alu::Max);
+  c.ns = x.at_least_mii(static_cast<double>(x.N) / (fast ? 2 : 1));
+}
+
+void PartitionReduce(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::PartitionReduce> f{x.in};
+  c.ns = cyc(150.0 + static_cast<double>(x.N) * static_cast<double>(f.ap<"data">().num[0]) / 8.0,
+             x.p.gpsimd_ghz);
+}
+
+void Activation(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::Activation> f{x.in};
+  const bool reduces = f.i<"reduce_op">() >= 0 || f.has<"reduce_res">();
+  c.ns = x.cycles(std::max(x.mii, static_cast<double>(x.N)) + (reduces ? x.mii : 0.0));
+}
+
+void Reciprocal(const CostCtx& x, InstrCost& c) {
+  c.ns = x.at_least_mii(static_cast<double>(x.in.engine == Engine::Vector ? 8 * x.N : x.N));
+}
+
+void TensorTensorScan(const CostCtx& x, InstrCost& c) {
+  c.ns = x.at_least_mii(static_cast<double>(2 * x.N));
+}
+
+// An elementwise pass plus a reduction into the engine's registers.
+static void reduce_pass(const CostCtx& x, InstrCost& c) {
+  c.ns = x.cycles(std::max(x.mii, static_cast<double>(x.N)) + x.mii);
+}
+void TensorScalarReduce(const CostCtx& x, InstrCost& c) { reduce_pass(x, c); }
+void SelectReduce(const CostCtx& x, InstrCost& c) { reduce_pass(x, c); }
+void RangeSelect(const CostCtx& x, InstrCost& c) { reduce_pass(x, c); }
+
+void ScalarTensorTensor(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::ScalarTensorTensor> f{x.in};
+  const bool fast = f.ap<"data">().dtype == DT::BFloat16 &&
+                    f.ap<"operand1">().dtype == DT::BFloat16 && f.alu<"op0">() == Alu::Subtract &&
+                    f.alu<"op1">() == Alu::Multiply && x.N % 2 == 0;
+  c.ns = x.at_least_mii(static_cast<double>(fast ? x.N : 2 * x.N));
+}
+
+// One pass over the input at one element per cycle.
+static void one_pass(const CostCtx& x, InstrCost& c) {
+  c.ns = x.at_least_mii(static_cast<double>(x.N));
+}
+void CopyPredicated(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void TensorScalarCumulative(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void BnStats(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void Max8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+
+void BnAggr(const CostCtx& x, InstrCost& c) {
+  c.ns = x.at_least_mii(13.0 * static_cast<double>(x.N) / 3.0);
+}
+
+// Registers and loop control on the Sync engine.
+static void sync_op(const CostCtx& x, InstrCost& c) {
+  c.engine = Engine::Sync;
+  c.ns = cyc(x.mii, x.p.sync_ghz);
+}
+void RegMove(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void RegLoad(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void RegStore(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void LoopBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void LoopEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void WhileBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+void WhileEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+
+}  // namespace isa::cost
 
 double Estimate::utilization(Engine e) const {
   if (total_ns <= 0) return 0.0;
@@ -290,9 +363,7 @@ struct Access {
 };
 
 bool writes_operand(const Instr& in, int k) {
-  if (k == 0) return in.op != Op::RegLoad;
-  return (in.op == Op::Activation && k == 4) || (in.op == Op::SelectReduce && k == 4) ||
-         (in.op == Op::TensorScalarReduce && k == 3) || (in.op == Op::RangeSelect && k == 4);
+  return k < in.def().num_operands && in.def().operands[k].writes();
 }
 
 int lane_of(Engine e) {
@@ -333,9 +404,7 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
   for (size_t r = 0; r < count; ++r) {
     const int32_t idx = trace ? (*trace)[r].instr : static_cast<int32_t>(r);
     const Instr& in = instrs[idx];
-    if (!trace && (in.op == Op::LoopBegin || in.op == Op::LoopEnd || in.op == Op::WhileBegin ||
-                   in.op == Op::WhileEnd))
-      continue;
+    if (!trace && in.def().control) continue;
     if (!have[idx]) {
       costs[idx] = instr_cost(prog, idx, p);
       have[idx] = true;

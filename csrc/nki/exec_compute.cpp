@@ -147,7 +147,7 @@ void tensor_copy(Ctx& c, Views& w) {
 void memset_op(Ctx& c, Views& w) {
   View& d = w.v[0];
   const int64_t F = d.free();
-  const double val = c.in().f[0];
+  const double val = isa::Fields<Op::Memset>{c.in()}.imm<"value">();
   const bool ints = dt_is_int32(d.dtype);
   for_blocks(d.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
@@ -169,14 +169,21 @@ void memset_op(Ctx& c, Views& w) {
 }
 
 // Values of an iota/affine_select pattern for partition p (int32 arithmetic).
+// (affine_select stores its pattern in the same slots as iota).
 void pattern_values(const Instr& in, int64_t p, int64_t* out) {
-  const int nd = static_cast<int>(in.i[0]);
+  using FX = isa::Fields<Op::Iota>;
+  static_assert(FX::slot<"pattern"> == isa::Fields<Op::AffineSelect>::slot<"pattern"> &&
+                FX::slot<"offset"> == isa::Fields<Op::AffineSelect>::slot<"offset"> &&
+                FX::slot<"channel_multiplier"> ==
+                    isa::Fields<Op::AffineSelect>::slot<"channel_multiplier">);
+  const FX f{in};
+  const int nd = static_cast<int>(f.i<"pattern_dims">());
   int64_t step[4] = {0, 0, 0, 0}, num[4] = {1, 1, 1, 1};
   for (int d = 0; d < nd; ++d) {
-    step[4 - nd + d] = in.i[1 + 2 * d];
-    num[4 - nd + d] = in.i[2 + 2 * d];
+    step[4 - nd + d] = f.i<"pattern">(2 * d);
+    num[4 - nd + d] = f.i<"pattern">(2 * d + 1);
   }
-  const int64_t base = in.i[9] + p * in.i[10];
+  const int64_t base = f.i<"offset">() + p * f.i<"channel_multiplier">();
   int64_t k = 0;
   for (int64_t w = 0; w < num[0]; ++w)
     for (int64_t z = 0; z < num[1]; ++z)
@@ -212,8 +219,9 @@ void iota(Ctx& c, Views& w) {
 void affine_select(Ctx& c, Views& w) {
   View &d = w.v[0], &t = w.v[1];
   const int64_t F = d.free();
-  const auto cmp = static_cast<Alu>(c.in().i[11]);
-  const float off = static_cast<float>(c.in().f[0]);
+  const isa::Fields<Op::AffineSelect> f{c.in()};
+  const auto cmp = f.alu<"cmp_op">();
+  const float off = static_cast<float>(f.imm<"on_false_value">());
   for_partitions(d.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     int64_t* v = sc.ib(0, F);
@@ -242,8 +250,9 @@ void affine_select(Ctx& c, Views& w) {
 void tensor_tensor(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1], &b = w.v[2];
   const int64_t F = a.free();
-  const auto op = static_cast<Alu>(c.in().i[0]);
-  const bool ints = int_path(w, {0, 1, 2}, {c.in().i[0]});
+  const isa::Fields<Op::TensorTensor> f{c.in()};
+  const auto op = f.alu<"op">();
+  const bool ints = int_path(w, {0, 1, 2}, {f.i<"op">()});
   const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(b) && f32_rows(d);
   for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
@@ -288,48 +297,49 @@ void apply_row_defs(uint8_t* def, const uint8_t* row_ok, int64_t rows, int64_t F
 }
 
 void tensor_scalar(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1];
+  using FX = isa::Fields<Op::TensorScalar>;
+  const FX f{c.in()};
+  constexpr int k0 = FX::k<"operand0">, k1 = FX::k<"operand1">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">];
   const int64_t F = a.free();
-  const auto op0 = static_cast<Alu>(in.i[0]);
-  const bool two = in.i[1] >= 0;
-  const auto op1 = two ? static_cast<Alu>(in.i[1]) : Alu::Bypass;
-  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
-  const bool ints = int_path(w, {0, 1, 2, 3}, {in.i[0], in.i[1]});
-  const bool vec0 = w.has[2], vec1 = two && w.has[3];
+  const auto op0 = f.alu<"op0">();
+  const bool two = f.i<"op1">() >= 0;
+  const auto op1 = two ? f.alu<"op1">() : Alu::Bypass;
+  const bool rev0 = f.flag<"reverse0">(), rev1 = f.flag<"reverse1">();
+  const float imm0 = static_cast<float>(f.imm<"imm0">()),
+              imm1 = static_cast<float>(f.imm<"imm1">());
+  const bool ints = int_path(w, {0, 1, 2, 3}, {f.i<"op0">(), f.i<"op1">()});
+  const bool vec0 = w.has[k0], vec1 = two && w.has[k1];
   const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(d);
   for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
     if (direct) {
       for (int64_t r = 0; r < rows; ++r) {
         float* o = f32_row(d, p0 + r);
-        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]),
-               rev0, o, F);
-        if (two)
-          alu_vs(op1, o, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, o, F);
+        alu_vs(op0, f32_row(a, p0 + r), vec0 ? vec_at(w.v[k0], p0 + r) : imm0, rev0, o, F);
+        if (two) alu_vs(op1, o, vec1 ? vec_at(w.v[k1], p0 + r) : imm1, rev1, o, F);
       }
     } else if (ints) {
       int64_t* x = sc.ib(0, n);
       gather_i64(a, p0, rows, x);
       for (int64_t r = 0; r < rows; ++r) {
         int64_t* xr = x + r * F;
-        alu_vs_i(op0, xr, vec0 ? vec_at_i(w.v[2], p0 + r) : imm_i(in.f[0]), rev0, xr, F);
-        if (two) alu_vs_i(op1, xr, vec1 ? vec_at_i(w.v[3], p0 + r) : imm_i(in.f[1]), rev1, xr, F);
+        alu_vs_i(op0, xr, vec0 ? vec_at_i(w.v[k0], p0 + r) : imm_i(f.imm<"imm0">()), rev0, xr, F);
+        if (two)
+          alu_vs_i(op1, xr, vec1 ? vec_at_i(w.v[k1], p0 + r) : imm_i(f.imm<"imm1">()), rev1, xr, F);
       }
       scatter_i64(d, p0, rows, x);
     } else {
       float* x = sc.fb(0, n);
       gather_f32(a, p0, rows, x);
       if (!vec0 && !vec1) {  // immediates: one pass over the whole block
-        alu_vs(op0, x, static_cast<float>(in.f[0]), rev0, x, n);
-        if (two) alu_vs(op1, x, static_cast<float>(in.f[1]), rev1, x, n);
+        alu_vs(op0, x, imm0, rev0, x, n);
+        if (two) alu_vs(op1, x, imm1, rev1, x, n);
       } else {
         for (int64_t r = 0; r < rows; ++r) {
           float* xr = x + r * F;
-          alu_vs(op0, xr, vec0 ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]), rev0, xr, F);
-          if (two)
-            alu_vs(op1, xr, vec1 ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[1]), rev1, xr,
-                   F);
+          alu_vs(op0, xr, vec0 ? vec_at(w.v[k0], p0 + r) : imm0, rev0, xr, F);
+          if (two) alu_vs(op1, xr, vec1 ? vec_at(w.v[k1], p0 + r) : imm1, rev1, xr, F);
         }
       }
       scatter_f32(d, p0, rows, x);
@@ -339,8 +349,8 @@ void tensor_scalar(Ctx& c, Views& w) {
       uint8_t* ok = sc.db(1, rows);
       gather_def(a, p0, rows, da);
       std::fill(ok, ok + rows, uint8_t{1});
-      vec_defs(w, 2, p0, rows, ok);
-      if (two) vec_defs(w, 3, p0, rows, ok);
+      vec_defs(w, k0, p0, rows, ok);
+      if (two) vec_defs(w, k1, p0, rows, ok);
       apply_row_defs(da, ok, rows, F);
       if (!all_defined(da, n)) c.note_undefined(1);
       scatter_def(d, p0, rows, da);
@@ -349,18 +359,20 @@ void tensor_scalar(Ctx& c, Views& w) {
 }
 
 void scalar_tensor_tensor(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1], &b = w.v[3];
+  using FX = isa::Fields<Op::ScalarTensorTensor>;
+  const FX f{c.in()};
+  constexpr int k0 = FX::k<"operand0">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">], &b = w.v[FX::k<"operand1">];
   const int64_t F = a.free();
-  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
-  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
+  const auto op0 = f.alu<"op0">(), op1 = f.alu<"op1">();
+  const bool rev0 = f.flag<"reverse0">(), rev1 = f.flag<"reverse1">();
   for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
     float *x = sc.fb(0, n), *y = sc.fb(1, n);
     gather_f32(a, p0, rows, x);
     gather_f32(b, p0, rows, y);
     for (int64_t r = 0; r < rows; ++r) {
-      const float s0 = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[0]);
+      const float s0 = w.has[k0] ? vec_at(w.v[k0], p0 + r) : static_cast<float>(f.imm<"imm0">());
       alu_vs(op0, x + r * F, s0, rev0, x + r * F, F);
     }
     if (rev1) {
@@ -375,7 +387,7 @@ void scalar_tensor_tensor(Ctx& c, Views& w) {
       gather_def(b, p0, rows, db);
       and_into(da, db, n);
       std::fill(ok, ok + rows, uint8_t{1});
-      vec_defs(w, 2, p0, rows, ok);
+      vec_defs(w, k0, p0, rows, ok);
       apply_row_defs(da, ok, rows, F);
       if (!all_defined(da, n)) c.note_undefined(1);
       scatter_def(d, p0, rows, da);
@@ -384,16 +396,17 @@ void scalar_tensor_tensor(Ctx& c, Views& w) {
 }
 
 void tensor_reduce(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1];
-  const Ap& ap = in.ap[1];
+  using FX = isa::Fields<Op::TensorReduce>;
+  const FX f{c.in()};
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">];
+  const Ap& ap = f.ap<"data">();
   int64_t inner = 1;
   for (int k = 1; k < ap.ndim; ++k)
-    if (in.i[1] & (int64_t{1} << k)) inner *= ap.num[k];
+    if (f.i<"axis_mask">() & (int64_t{1} << k)) inner *= ap.num[k];
   const int64_t F = a.free(), groups = F / inner;
-  const auto op = static_cast<Alu>(in.i[0]);
-  const bool negate = in.i[2] != 0;
-  const bool ints = int_path(w, {0, 1}, {in.i[0]});
+  const auto op = f.alu<"op">();
+  const bool negate = f.flag<"negate">();
+  const bool ints = int_path(w, {0, 1}, {f.i<"op">()});
   for_partitions(a.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     if (ints) {
@@ -427,9 +440,10 @@ void tensor_reduce(Ctx& c, Views& w) {
 void partition_reduce(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t P = a.parts(), F = a.free();
-  const auto op = static_cast<Alu>(c.in().i[0]);
+  const isa::Fields<Op::PartitionReduce> f{c.in()};
+  const auto op = f.alu<"op">();
   Scratch& sc = scratch();
-  const bool ints = int_path(w, {0, 1}, {c.in().i[0]});
+  const bool ints = int_path(w, {0, 1}, {f.i<"op">()});
   uint8_t* dacc = sc.db(0, F);
   uint8_t* drow = sc.db(1, F);
   std::fill(dacc, dacc + F, uint8_t{1});
@@ -482,32 +496,37 @@ void apply_reduce_cmd(ReduceCmd cmd, float& acc, uint8_t& acc_def, float value, 
       acc = alu_ss(op, loaded, value);
       acc_def = loaded_def & value_def;
       break;
+    case ReduceCmd::Count:
+      break;
   }
 }
 
 void activation(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1];
+  using FX = isa::Fields<Op::Activation>;
+  const FX f{c.in()};
+  constexpr int kb = FX::k<"bias">, ks = FX::k<"scale">, kr = FX::k<"reduce_res">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">];
   const int64_t F = a.free();
-  const auto fn = static_cast<Act>(in.i[0]);
-  const bool reduce = in.i[1] >= 0 || w.has[4];
-  const auto cmd = static_cast<ReduceCmd>(in.i[2]);
+  const auto fn = f.act<"op">();
+  const bool reduce = f.i<"reduce_op">() >= 0 || w.has[kr];
+  const auto cmd = f.cmd<"reduce_cmd">();
+  const double scale_imm = f.imm<"scale_imm">(), bias_imm = f.imm<"bias_imm">();
   CoreState& core = c.core;
-  const bool per_row = w.has[2] || w.has[3];
+  const bool per_row = w.has[kb] || w.has[ks];
   for_blocks(a.parts(), F, [&](int64_t p0, int64_t rows, Scratch& sc) {
     const int64_t n = rows * F;
     float* x = sc.fb(0, n);
     gather_f32(a, p0, rows, x);
     if (per_row) {
       for (int64_t r = 0; r < rows; ++r) {
-        const float scale = w.has[3] ? vec_at(w.v[3], p0 + r) : static_cast<float>(in.f[0]);
-        const float bias = w.has[2] ? vec_at(w.v[2], p0 + r) : static_cast<float>(in.f[1]);
+        const float scale = w.has[ks] ? vec_at(w.v[ks], p0 + r) : static_cast<float>(scale_imm);
+        const float bias = w.has[kb] ? vec_at(w.v[kb], p0 + r) : static_cast<float>(bias_imm);
         float* xr = x + r * F;
 #pragma GCC ivdep
         for (int64_t i = 0; i < F; ++i) xr[i] = xr[i] * scale + bias;
       }
-    } else if (in.f[0] != 1.0 || in.f[1] != 0.0) {
-      const float scale = static_cast<float>(in.f[0]), bias = static_cast<float>(in.f[1]);
+    } else if (scale_imm != 1.0 || bias_imm != 0.0) {
+      const float scale = static_cast<float>(scale_imm), bias = static_cast<float>(bias_imm);
 #pragma GCC ivdep
       for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale + bias;
     }
@@ -519,8 +538,8 @@ void activation(Ctx& c, Views& w) {
       uint8_t* ok = sc.db(1, rows);
       gather_def(a, p0, rows, da);
       std::fill(ok, ok + rows, uint8_t{1});
-      vec_defs(w, 2, p0, rows, ok);
-      vec_defs(w, 3, p0, rows, ok);
+      vec_defs(w, kb, p0, rows, ok);
+      vec_defs(w, ks, p0, rows, ok);
       apply_row_defs(da, ok, rows, F);
       if (!all_defined(da, n)) c.note_undefined(1);
       scatter_def(d, p0, rows, da);
@@ -532,11 +551,11 @@ void activation(Ctx& c, Views& w) {
       float sum = 0.0f;
       for (int64_t i = 0; i < F; ++i) sum += x[r * F + i];
       const uint8_t row_ok = da ? static_cast<uint8_t>(all_defined(da + r * F, F)) : uint8_t{1};
-      const float loaded = w.has[4] ? vec_at(w.v[4], p) : 0.0f;
-      const uint8_t loaded_def = w.has[4] ? vec_def(w.v[4], p) : 1;
+      const float loaded = w.has[kr] ? vec_at(w.v[kr], p) : 0.0f;
+      const uint8_t loaded_def = w.has[kr] ? vec_def(w.v[kr], p) : 1;
       apply_reduce_cmd(cmd, core.act_acc[p], core.act_acc_def[p], sum, row_ok, loaded, loaded_def,
                        Alu::Add);
-      if (w.has[4]) vec_store(w.v[4], p, core.act_acc[p], core.act_acc_def[p]);
+      if (w.has[kr]) vec_store(w.v[kr], p, core.act_acc[p], core.act_acc_def[p]);
     }
   });
 }
@@ -560,17 +579,19 @@ void reciprocal(Ctx& c, Views& w) {
 }
 
 void scan(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1], &b = w.v[2];
+  using FX = isa::Fields<Op::TensorTensorScan>;
+  const FX f{c.in()};
+  constexpr int ki = FX::k<"initial">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data0">], &b = w.v[FX::k<"data1">];
   const int64_t F = a.free();
-  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
-  const bool rev0 = in.i[2] != 0, rev1 = in.i[3] != 0;
+  const auto op0 = f.alu<"op0">(), op1 = f.alu<"op1">();
+  const bool rev0 = f.flag<"reverse0">(), rev1 = f.flag<"reverse1">();
   for_partitions(a.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float *x = sc.fb(0, F), *y = sc.fb(1, F);
     load_row(a, p, x);
     load_row(b, p, y);
-    float prev = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[0]);
+    float prev = w.has[ki] ? vec_at(w.v[ki], p) : static_cast<float>(f.imm<"initial_imm">());
     for (int64_t i = 0; i < F; ++i) {
       const float t = rev0 ? alu_ss(op0, prev, x[i]) : alu_ss(op0, x[i], prev);
       prev = rev1 ? alu_ss(op1, y[i], t) : alu_ss(op1, t, y[i]);
@@ -581,7 +602,7 @@ void scan(Ctx& c, Views& w) {
       uint8_t *da = sc.db(0, F), *db = sc.db(1, F);
       load_def_row(a, p, da);
       load_def_row(b, p, db);
-      uint8_t ok = w.has[3] ? vec_def(w.v[3], p) : 1;
+      uint8_t ok = w.has[ki] ? vec_def(w.v[ki], p) : 1;
       for (int64_t i = 0; i < F; ++i) {
         ok &= da[i] & db[i];
         da[i] = ok;
@@ -593,16 +614,18 @@ void scan(Ctx& c, Views& w) {
 }
 
 void tensor_scalar_reduce(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1];
+  using FX = isa::Fields<Op::TensorScalarReduce>;
+  const FX f{c.in()};
+  constexpr int k0 = FX::k<"operand0">, kr = FX::k<"reduce_res">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">];
   const int64_t F = a.free();
-  const auto op0 = static_cast<Alu>(in.i[0]), rop = static_cast<Alu>(in.i[1]);
-  const bool rev0 = in.i[2] != 0, neg = in.i[3] != 0;
+  const auto op0 = f.alu<"op0">(), rop = f.alu<"reduce_op">();
+  const bool rev0 = f.flag<"reverse0">(), neg = f.flag<"negate">();
   for_partitions(a.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float* x = sc.fb(0, F);
     load_row(a, p, x);
-    const float s0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
+    const float s0 = w.has[k0] ? vec_at(w.v[k0], p) : static_cast<float>(f.imm<"imm0">());
     alu_vs(op0, x, s0, rev0, x, F);
     store_row(d, p, x);
     float r = reduce_f(rop, x, F);
@@ -611,29 +634,31 @@ void tensor_scalar_reduce(Ctx& c, Views& w) {
     if (c.check) {
       uint8_t* da = sc.db(0, F);
       load_def_row(a, p, da);
-      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
+      if (w.has[k0] && !vec_def(w.v[k0], p)) std::fill(da, da + F, uint8_t{0});
       ok = all_defined(da, F);
       if (!ok) c.note_undefined(1);
       store_def_row(d, p, da);
     }
-    vec_store(w.v[3], p, r, ok);
+    vec_store(w.v[kr], p, r, ok);
   });
 }
 
 void select_reduce(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &pr = w.v[1], &t = w.v[2];
+  using FX = isa::Fields<Op::SelectReduce>;
+  const FX f{c.in()};
+  constexpr int kf = FX::k<"on_false">, kr = FX::k<"reduce_res">;
+  View &d = w.v[FX::k<"dst">], &pr = w.v[FX::k<"predicate">], &t = w.v[FX::k<"on_true">];
   const int64_t F = t.free();
-  const bool rev = in.i[2] != 0;
-  const auto cmd = static_cast<ReduceCmd>(in.i[1]);
-  const bool reduce = w.has[4];
+  const bool rev = f.flag<"reverse_pred">();
+  const auto cmd = f.cmd<"reduce_cmd">();
+  const bool reduce = w.has[kr];
   CoreState& core = c.core;
   for_partitions(t.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float *x = sc.fb(0, F), *q = sc.fb(1, F);
     load_row(t, p, x);
     load_row(pr, p, q);
-    const float f = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[0]);
+    const float fv = w.has[kf] ? vec_at(w.v[kf], p) : static_cast<float>(f.imm<"on_false_imm">());
     uint8_t *dx = nullptr, *dq = nullptr;
     if (c.check) {
       dx = sc.db(0, F);
@@ -641,12 +666,12 @@ void select_reduce(Ctx& c, Views& w) {
       load_def_row(t, p, dx);
       load_def_row(pr, p, dq);
     }
-    const uint8_t fdef = w.has[3] ? vec_def(w.v[3], p) : 1;
+    const uint8_t fdef = w.has[kf] ? vec_def(w.v[kf], p) : 1;
     float mx = -std::numeric_limits<float>::infinity();
     uint8_t all_ok = 1;
     for (int64_t i = 0; i < F; ++i) {
       const bool take = (q[i] != 0.0f) != rev;
-      if (!take) x[i] = f;
+      if (!take) x[i] = fv;
       if (dx) {
         dx[i] = dq[i] & (take ? dx[i] : fdef);
         all_ok &= dx[i];
@@ -660,27 +685,29 @@ void select_reduce(Ctx& c, Views& w) {
     }
     if (reduce && p < 128) {
       apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
-                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[kr], p), vec_def(w.v[kr], p),
                        Alu::Max);
-      vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
+      vec_store(w.v[kr], p, core.sel_acc[p], core.sel_acc_def[p]);
     }
   });
 }
 
 void copy_predicated(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &pr = w.v[2];
+  using FX = isa::Fields<Op::CopyPredicated>;
+  const FX f{c.in()};
+  constexpr int ks = FX::k<"src">;
+  View &d = w.v[FX::k<"dst">], &pr = w.v[FX::k<"predicate">];
   const int64_t F = d.free();
-  const bool rev = in.i[0] != 0;
+  const bool rev = f.flag<"reverse_pred">();
   for_partitions(d.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float *o = sc.fb(0, F), *q = sc.fb(1, F), *s = sc.fb(2, F);
     load_row(d, p, o);
     load_row(pr, p, q);
-    if (w.has[1]) {
-      load_row(w.v[1], p, s);
+    if (w.has[ks]) {
+      load_row(w.v[ks], p, s);
     } else {
-      std::fill(s, s + F, static_cast<float>(in.f[0]));
+      std::fill(s, s + F, static_cast<float>(f.imm<"src_imm">()));
     }
     uint8_t *dd = nullptr, *dq = nullptr, *ds = nullptr;
     if (c.check) {
@@ -689,8 +716,8 @@ void copy_predicated(Ctx& c, Views& w) {
       ds = sc.db(2, F);
       load_def_row(d, p, dd);
       load_def_row(pr, p, dq);
-      if (w.has[1]) {
-        load_def_row(w.v[1], p, ds);
+      if (w.has[ks]) {
+        load_def_row(w.v[ks], p, ds);
       } else {
         std::fill(ds, ds + F, uint8_t{1});
       }
@@ -723,18 +750,20 @@ float reset_value(Alu op) {
 }
 
 void tensor_scalar_cumulative(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &a = w.v[1];
+  using FX = isa::Fields<Op::TensorScalarCumulative>;
+  const FX f{c.in()};
+  constexpr int k0 = FX::k<"imm0_vector">, k1 = FX::k<"imm1_vector">;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"src">];
   const int64_t F = a.free();
-  const auto op0 = static_cast<Alu>(in.i[0]), op1 = static_cast<Alu>(in.i[1]);
-  const auto cmd = static_cast<ReduceCmd>(in.i[2]);
-  const bool rev0 = in.i[3] != 0;
+  const auto op0 = f.alu<"op0">(), op1 = f.alu<"op1">();
+  const auto cmd = f.cmd<"reduce_cmd">();
+  const bool rev0 = f.flag<"reverse0">();
   CoreState& core = c.core;
   for_partitions(a.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float* x = sc.fb(0, F);
     load_row(a, p, x);
-    const float imm0 = w.has[2] ? vec_at(w.v[2], p) : static_cast<float>(in.f[0]);
+    const float imm0 = w.has[k0] ? vec_at(w.v[k0], p) : static_cast<float>(f.imm<"imm0">());
     const int64_t q = std::min<int64_t>(p, 127);
     float reg = core.sel_acc[q];
     uint8_t reg_def = core.sel_acc_def[q];
@@ -742,13 +771,13 @@ void tensor_scalar_cumulative(Ctx& c, Views& w) {
       reg = reset_value(op1);
       reg_def = 1;
     } else if (cmd == ReduceCmd::LoadReduce) {
-      reg = w.has[3] ? vec_at(w.v[3], p) : static_cast<float>(in.f[1]);
-      reg_def = w.has[3] ? vec_def(w.v[3], p) : 1;
+      reg = w.has[k1] ? vec_at(w.v[k1], p) : static_cast<float>(f.imm<"imm1">());
+      reg_def = w.has[k1] ? vec_def(w.v[k1], p) : 1;
     }
     uint8_t* da = c.check ? sc.db(0, F) : nullptr;
     if (da) {
       load_def_row(a, p, da);
-      if (w.has[2] && !vec_def(w.v[2], p)) std::fill(da, da + F, uint8_t{0});
+      if (w.has[k0] && !vec_def(w.v[k0], p)) std::fill(da, da + F, uint8_t{0});
     }
     for (int64_t i = 0; i < F; ++i) {
       const float t = rev0 ? alu_ss(op0, imm0, x[i]) : alu_ss(op0, x[i], imm0);
@@ -772,21 +801,24 @@ void tensor_scalar_cumulative(Ctx& c, Views& w) {
 }
 
 void range_select(Ctx& c, Views& w) {
-  const Instr& in = c.in();
-  View &d = w.v[0], &t = w.v[1];
+  using FX = isa::Fields<Op::RangeSelect>;
+  const FX f{c.in()};
+  constexpr int kb0 = FX::k<"bound0">, kb1 = FX::k<"bound1">, kr = FX::k<"reduce_res">;
+  View &d = w.v[FX::k<"dst">], &t = w.v[FX::k<"on_true_tile">];
   const int64_t F = t.free();
-  const auto c0 = static_cast<Alu>(in.i[0]), c1 = static_cast<Alu>(in.i[1]);
-  const auto cmd = static_cast<ReduceCmd>(in.i[3]);
-  const float start = static_cast<float>(in.f[0]), fill = static_cast<float>(in.f[1]);
+  const auto c0 = f.alu<"comp_op0">(), c1 = f.alu<"comp_op1">();
+  const auto cmd = f.cmd<"reduce_cmd">();
+  const float start = static_cast<float>(f.imm<"range_start">()),
+              fill = static_cast<float>(f.imm<"on_false_value">());
   CoreState& core = c.core;
   for_partitions(t.parts(), F, [&](int64_t p) {
     Scratch& sc = scratch();
     float* x = sc.fb(0, F);
     load_row(t, p, x);
-    const float b0 = vec_at(w.v[2], p), b1 = vec_at(w.v[3], p);
+    const float b0 = vec_at(w.v[kb0], p), b1 = vec_at(w.v[kb1], p);
     uint8_t* dx = c.check ? sc.db(0, F) : nullptr;
     if (dx) load_def_row(t, p, dx);
-    const uint8_t bdef = vec_def(w.v[2], p) & vec_def(w.v[3], p);
+    const uint8_t bdef = vec_def(w.v[kb0], p) & vec_def(w.v[kb1], p);
     float mx = -std::numeric_limits<float>::infinity();
     uint8_t all_ok = 1;
     for (int64_t i = 0; i < F; ++i) {
@@ -804,11 +836,11 @@ void range_select(Ctx& c, Views& w) {
       if (!all_ok) c.note_undefined(1);
       store_def_row(d, p, dx);
     }
-    if (w.has[4] && p < 128) {
+    if (w.has[kr] && p < 128) {
       apply_reduce_cmd(cmd == ReduceCmd::Idle ? ReduceCmd::ResetReduce : cmd, core.sel_acc[p],
-                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[4], p), vec_def(w.v[4], p),
+                       core.sel_acc_def[p], mx, all_ok, vec_at(w.v[kr], p), vec_def(w.v[kr], p),
                        Alu::Max);
-      vec_store(w.v[4], p, core.sel_acc[p], core.sel_acc_def[p]);
+      vec_store(w.v[kr], p, core.sel_acc[p], core.sel_acc_def[p]);
     }
   });
 }
@@ -898,52 +930,35 @@ void max8(Ctx& c, Views& w) {
 
 }  // namespace
 
-void exec_compute(Ctx& c) {
+// One execute function per instruction (isa.def), each over the instruction's resolved views.
+template <void (*Fn)(Ctx&, Views&)>
+void run_views(Ctx& c) {
   Views w = views(c);
-  switch (c.in().op) {
-    case Op::TensorCopy:
-      return tensor_copy(c, w);
-    case Op::Memset:
-      return memset_op(c, w);
-    case Op::Iota:
-      return iota(c, w);
-    case Op::AffineSelect:
-      return affine_select(c, w);
-    case Op::TensorTensor:
-      return tensor_tensor(c, w);
-    case Op::TensorScalar:
-      return tensor_scalar(c, w);
-    case Op::ScalarTensorTensor:
-      return scalar_tensor_tensor(c, w);
-    case Op::TensorReduce:
-      return tensor_reduce(c, w);
-    case Op::PartitionReduce:
-      return partition_reduce(c, w);
-    case Op::Activation:
-      return activation(c, w);
-    case Op::Reciprocal:
-      return reciprocal(c, w);
-    case Op::TensorTensorScan:
-      return scan(c, w);
-    case Op::TensorScalarReduce:
-      return tensor_scalar_reduce(c, w);
-    case Op::SelectReduce:
-      return select_reduce(c, w);
-    case Op::CopyPredicated:
-      return copy_predicated(c, w);
-    case Op::BnStats:
-      return bn_stats(c, w);
-    case Op::BnAggr:
-      return bn_aggr(c, w);
-    case Op::Max8:
-      return max8(c, w);
-    case Op::TensorScalarCumulative:
-      return tensor_scalar_cumulative(c, w);
-    case Op::RangeSelect:
-      return range_select(c, w);
-    default:
-      c.fail("runtime", "opcode is not a compute instruction", "");
-  }
+  Fn(c, w);
 }
 
 }  // namespace neuron::nki::detail
+
+namespace neuron::nki::isa::exec {
+using namespace detail;
+void TensorCopy(Ctx& c) { run_views<tensor_copy>(c); }
+void Memset(Ctx& c) { run_views<memset_op>(c); }
+void Iota(Ctx& c) { run_views<iota>(c); }
+void AffineSelect(Ctx& c) { run_views<affine_select>(c); }
+void TensorTensor(Ctx& c) { run_views<tensor_tensor>(c); }
+void TensorScalar(Ctx& c) { run_views<tensor_scalar>(c); }
+void ScalarTensorTensor(Ctx& c) { run_views<scalar_tensor_tensor>(c); }
+void TensorReduce(Ctx& c) { run_views<tensor_reduce>(c); }
+void PartitionReduce(Ctx& c) { run_views<partition_reduce>(c); }
+void Activation(Ctx& c) { run_views<activation>(c); }
+void Reciprocal(Ctx& c) { run_views<reciprocal>(c); }
+void TensorTensorScan(Ctx& c) { run_views<scan>(c); }
+void TensorScalarReduce(Ctx& c) { run_views<tensor_scalar_reduce>(c); }
+void SelectReduce(Ctx& c) { run_views<select_reduce>(c); }
+void CopyPredicated(Ctx& c) { run_views<copy_predicated>(c); }
+void BnStats(Ctx& c) { run_views<bn_stats>(c); }
+void BnAggr(Ctx& c) { run_views<bn_aggr>(c); }
+void Max8(Ctx& c) { run_views<max8>(c); }
+void TensorScalarCumulative(Ctx& c) { run_views<tensor_scalar_cumulative>(c); }
+void RangeSelect(Ctx& c) { run_views<range_select>(c); }
+}  // namespace neuron::nki::isa::exec

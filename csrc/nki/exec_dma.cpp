@@ -362,13 +362,19 @@ bool fast_copy(const View& d, const View& s) {
 }
 
 }  // namespace
+}  // namespace neuron::nki::detail
 
-void exec_dma(Ctx& c) {
+namespace neuron::nki::isa::exec {
+using namespace detail;
+
+void DmaCopy(Ctx& c) {
+  using FX = Fields<Op::DmaCopy>;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">;
   View d, s;
-  if (!make_view(c, 0, d) || !make_view(c, 1, s)) return;  // skipped out-of-bounds access
+  if (!make_view(c, kd, d) || !make_view(c, ks, s)) return;  // skipped out-of-bounds access
   const Binding* out = nullptr;
   if (d.mem == Mem::Hbm) {
-    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][0].slot)];
+    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][kd].slot)];
     if (!b.scratch) out = &b;  // kernel inputs and outputs are caller-visible
   }
   if (d.dtype == s.dtype && !d.def && !s.def) {
@@ -409,7 +415,7 @@ void exec_dma(Ctx& c) {
   }
   if (bad) {
     if (out && c.check) {
-      c.note_undefined(1);
+      c.note_undefined(ks);
       c.fail("uninitialized",
              "writes " + std::to_string(bad) +
                  " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
@@ -417,8 +423,8 @@ void exec_dma(Ctx& c) {
                  " of the transfer)" + c.undefined_origin(),
              "kernels read only memory they have written");
     }
-    c.note_undefined(1);
+    c.note_undefined(ks);
   }
 }
 
-}  // namespace neuron::nki::detail
+}  // namespace neuron::nki::isa::exec

@@ -263,10 +263,4 @@ inline void scatter_def(const View& v, int64_t p0, int64_t rows, const uint8_t* 
   for (int64_t r = 0; r < rows; ++r) store_def_row(v, p0 + r, in + r * F);
 }
 
-// Instruction implementations (exec_compute.cpp, exec_tensor.cpp, executor.cpp).
-void exec_compute(Ctx& c);  // vector/scalar/gpsimd instructions
-void exec_matmul(Ctx& c);
-void exec_transpose(Ctx& c);
-void exec_dma(Ctx& c);
-
 }  // namespace neuron::nki::detail

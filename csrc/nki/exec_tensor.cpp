@@ -110,15 +110,21 @@ void gather(const View& v, float* out, uint8_t* def, bool check) {
 }
 
 }  // namespace
+}  // namespace neuron::nki::detail
 
-void exec_matmul(Ctx& c) {
-  const Instr& in = c.in();
+namespace neuron::nki::isa::exec {
+using namespace detail;
+
+void Matmul(Ctx& c) {
+  using FX = Fields<Op::Matmul>;
+  const FX f{c.in()};
   View d, s, m;
-  make_view(c, 0, d);
-  make_view(c, 1, s);
-  make_view(c, 2, m);
+  make_view(c, FX::k<"dst">, d);
+  make_view(c, FX::k<"stationary">, s);
+  make_view(c, FX::k<"moving">, m);
   collapse_free(d);
-  const bool dbl = in.i[2] == 1, acc = in.i[0] != 0, transpose = in.i[1] != 0;
+  const bool dbl = f.i<"perf_mode">() == 1, acc = f.flag<"accumulate">(),
+             transpose = f.flag<"is_transpose">();
   if (!c.check && !dbl && !transpose) {
     View s2 = s, m2 = m;
     collapse_free(s2);
@@ -223,14 +229,15 @@ void exec_matmul(Ctx& c) {
         store_def_row(d, i, out);
       }
     }
-    if (undefined) c.note_undefined(all_defined(col_s, M) ? 2 : 1);
+    if (undefined) c.note_undefined(all_defined(col_s, M) ? FX::k<"moving"> : FX::k<"stationary">);
   }
 }
 
-void exec_transpose(Ctx& c) {
+void Transpose(Ctx& c) {
+  using FX = Fields<Op::Transpose>;
   View d, s;
-  make_view(c, 0, d);
-  make_view(c, 1, s);
+  make_view(c, FX::k<"dst">, d);
+  make_view(c, FX::k<"data">, s);
   collapse_free(d);
   collapse_free(s);
   const int64_t P = s.parts(), F = s.free();
@@ -252,7 +259,7 @@ void exec_transpose(Ctx& c) {
       store_def_row(d, f, drow);
     }
   }
-  if (undefined) c.note_undefined(1);
+  if (undefined) c.note_undefined(FX::k<"data">);
 }
 
-}  // namespace neuron::nki::detail
+}  // namespace neuron::nki::isa::exec

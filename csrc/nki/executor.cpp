@@ -9,6 +9,8 @@
 #include <new>
 
 #include "exec_internal.h"
+#include "runtime/interrupt.h"
+#include "runtime/trace.h"
 
 namespace neuron::nki {
 
@@ -145,7 +147,8 @@ bool make_view(Ctx& c, int k, View& v) {
       off = ph.byte_off + delta * v.es;
     }
     if (!ok) {
-      if (c.in().op == Op::DmaCopy && c.in().i[0] == 1) return false;  // oob_mode=skip
+      if (c.in().op == Op::DmaCopy && isa::Fields<Op::DmaCopy>{c.in()}.i<"oob_mode">() == 1)
+        return false;  // oob_mode=skip
       const Buffer& b = c.prog.buffers()[a.buf];
       c.fail("runtime",
              "dynamic offset (register value " + std::to_string(c.core.regs[ph.reg]) +
@@ -188,48 +191,52 @@ void collapse_free(View& v) {
   v.ndim = out;
 }
 
-namespace {
+}  // namespace detail
 
-void exec_register(Ctx& c) {
-  const Instr& in = c.in();
+namespace isa::exec {
+using namespace detail;
+
+void RegMove(Ctx& c) {
+  const Fields<Op::RegMove> f{c.in()};
   auto& regs = c.core.regs;
-  switch (in.op) {
-    case Op::RegMove:
-      regs[in.i[0]] = in.i[1] >= 0 ? regs[in.i[1]] : static_cast<int32_t>(in.i[2]);
-      break;
-    case Op::RegLoad: {
-      View v;
-      make_view(c, 0, v);
-      int64_t val = 0;
-      load_i64(v.dtype, v.base, v.es, 1, &val);
-      if (v.def) {
-        uint8_t ok = 1;
-        for (int b = 0; b < v.es; ++b) ok &= v.def[b];
-        if (!ok) {
-          c.note_undefined(0);
-          c.fail("uninitialized",
-                 "loads a register from never-written memory" + c.undefined_origin(),
-                 "kernels read only memory they have written");
-        }
-      }
-      regs[in.i[0]] = static_cast<int32_t>(val);
-      break;
-    }
-    case Op::RegStore: {
-      View v;
-      make_view(c, 0, v);
-      const int64_t val = regs[in.i[0]];
-      store_i64(v.dtype, v.base, v.es, 1, &val);
-      if (v.def) std::memset(v.def, 1, static_cast<size_t>(v.es));
-      break;
-    }
-    default:
-      break;
-  }
+  regs[f.i<"dst">()] = f.i<"src">() >= 0 ? regs[f.i<"src">()] : static_cast<int32_t>(f.i<"imm">());
 }
 
-}  // namespace
-}  // namespace detail
+void RegLoad(Ctx& c) {
+  using FX = Fields<Op::RegLoad>;
+  View v;
+  make_view(c, FX::k<"src">, v);
+  int64_t val = 0;
+  load_i64(v.dtype, v.base, v.es, 1, &val);
+  if (v.def) {
+    uint8_t ok = 1;
+    for (int b = 0; b < v.es; ++b) ok &= v.def[b];
+    if (!ok) {
+      c.note_undefined(FX::k<"src">);
+      c.fail("uninitialized", "loads a register from never-written memory" + c.undefined_origin(),
+             "kernels read only memory they have written");
+    }
+  }
+  c.core.regs[FX{c.in()}.i<"reg">()] = static_cast<int32_t>(val);
+}
+
+void RegStore(Ctx& c) {
+  using FX = Fields<Op::RegStore>;
+  View v;
+  make_view(c, FX::k<"dst">, v);
+  const int64_t val = c.core.regs[FX{c.in()}.i<"reg">()];
+  store_i64(v.dtype, v.base, v.es, 1, &val);
+  if (v.def) std::memset(v.def, 1, static_cast<size_t>(v.es));
+}
+
+// Loop structure is interpreted by execute() itself.
+[[noreturn]] void control(Ctx& c) { c.fail("runtime", "loop control outside the interpreter", ""); }
+void LoopBegin(Ctx& c) { control(c); }
+void LoopEnd(Ctx& c) { control(c); }
+void WhileBegin(Ctx& c) { control(c); }
+void WhileEnd(Ctx& c) { control(c); }
+
+}  // namespace isa::exec
 
 void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
              const ExecOptions& opt, ExecReport* report) {
@@ -270,65 +277,75 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   std::vector<int64_t> upper;  // per LoopBegin: the bound evaluated at loop entry
   if (prog.dynamic()) upper.assign(instrs.size(), 0);
   int64_t iterations = 0, executed = 0;
+  const uint64_t epoch = rt::interrupt_epoch();
+  int64_t next_poll_ns = 0;
   auto count_iteration = [&] {
     if (++iterations > opt.max_loop_iterations)
-      c.fail(
-          "runtime",
-          "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) + " iterations",
-          "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+      c.fail("runtime",
+             "runtime loops ran more than " + std::to_string(opt.max_loop_iterations) +
+                 " iterations in one launch (a loop that never ends?); if the kernel is meant to "
+                 "run longer, raise NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (now " +
+                 std::to_string(opt.max_loop_iterations) + ")",
+             "NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+    // Ctrl-C: a launch on a stream worker sees the epoch move (the host's wait was
+    // interrupted); a run on the caller's thread asks the poll itself, every 50 ms at most.
+    if ((iterations & 1023) == 0) [[unlikely]] {
+      bool stop = rt::interrupt_epoch() != epoch;
+      if (!stop) {
+        const int64_t now = rt::now_ns();
+        if (now >= next_poll_ns) {
+          next_poll_ns = now + 50'000'000;
+          stop = rt::poll_interrupt();
+        }
+      }
+      if (stop)
+        c.fail("interrupted",
+               "interrupted (Ctrl-C) after " + std::to_string(iterations) +
+                   " runtime loop iterations; the kernel's outputs are incomplete",
+               "");
+    }
   };
   auto& regs = core.regs;
+  using isa::Fields;
   while (c.pc < n) {
     const Instr& in = instrs[c.pc];
     switch (in.op) {
       case Op::LoopBegin: {
-        const int64_t lo = in.i[1] >= 0 ? regs[in.i[1]] : in.i[2];
-        const int64_t hi = in.i[3] >= 0 ? regs[in.i[3]] : in.i[4];
+        const Fields<Op::LoopBegin> f{in};
+        const int64_t lo = f.i<"lower_reg">() >= 0 ? regs[f.i<"lower_reg">()] : f.i<"lower">();
+        const int64_t hi = f.i<"upper_reg">() >= 0 ? regs[f.i<"upper_reg">()] : f.i<"upper">();
         upper[c.pc] = hi;
-        regs[in.i[0]] = lo;
-        c.pc = lo < hi ? c.pc + 1 : static_cast<int32_t>(in.i[6]) + 1;
+        regs[f.i<"iterator">()] = lo;
+        c.pc = lo < hi ? c.pc + 1 : static_cast<int32_t>(f.i<"end">()) + 1;
         continue;
       }
       case Op::LoopEnd: {
-        const Instr& b = instrs[in.i[0]];
-        regs[b.i[0]] += b.i[5];
+        const auto begin = static_cast<int32_t>(Fields<Op::LoopEnd>{in}.i<"begin">());
+        const Fields<Op::LoopBegin> b{instrs[begin]};
+        regs[b.i<"iterator">()] += b.i<"step">();
         count_iteration();
-        c.pc = regs[b.i[0]] < upper[in.i[0]] ? static_cast<int32_t>(in.i[0]) + 1 : c.pc + 1;
+        c.pc = regs[b.i<"iterator">()] < upper[begin] ? begin + 1 : c.pc + 1;
         continue;
       }
-      case Op::WhileBegin:
-        c.pc = regs[in.i[0]] != 0 ? c.pc + 1 : static_cast<int32_t>(in.i[1]) + 1;
+      case Op::WhileBegin: {
+        const Fields<Op::WhileBegin> f{in};
+        c.pc = regs[f.i<"condition">()] != 0 ? c.pc + 1 : static_cast<int32_t>(f.i<"end">()) + 1;
         continue;
+      }
       case Op::WhileEnd: {
-        const Instr& b = instrs[in.i[0]];
-        regs[b.i[0]] = regs[in.i[1]];
+        const Fields<Op::WhileEnd> f{in};
+        const auto begin = static_cast<int32_t>(f.i<"begin">());
+        const Fields<Op::WhileBegin> b{instrs[begin]};
+        regs[b.i<"condition">()] = regs[f.i<"next_condition">()];
         count_iteration();
-        c.pc = regs[b.i[0]] != 0 ? static_cast<int32_t>(in.i[0]) + 1 : c.pc + 1;
+        c.pc = regs[b.i<"condition">()] != 0 ? begin + 1 : c.pc + 1;
         continue;
       }
       default:
         break;
     }
     c.dyn.fill(0);
-    switch (in.op) {
-      case Op::DmaCopy:
-        exec_dma(c);
-        break;
-      case Op::Matmul:
-        exec_matmul(c);
-        break;
-      case Op::Transpose:
-        exec_transpose(c);
-        break;
-      case Op::RegMove:
-      case Op::RegLoad:
-      case Op::RegStore:
-        exec_register(c);
-        break;
-      default:
-        exec_compute(c);
-        break;
-    }
+    in.def().exec(c);
     ++executed;
     if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
     ++c.pc;

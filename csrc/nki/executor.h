@@ -28,10 +28,14 @@ struct Binding {
   bool scratch = false;  // kernel-private HBM (nl.hbm / nl.private_hbm): not caller-visible
 };
 
+// Runtime loop iterations one launch may run before it fails as a runaway
+// (NEURON_EMU_NKI_MAX_LOOP_ITERATIONS raises it).
+constexpr int64_t kDefaultMaxLoopIterations = int64_t{1} << 24;
+
 struct ExecOptions {
   bool check_uninit = false;
   bool record_trace = false;  // keep the executed instruction sequence (cost model)
-  int64_t max_loop_iterations = int64_t{1} << 31;
+  int64_t max_loop_iterations = kDefaultMaxLoopIterations;
 };
 
 // One executed instruction: its index and the dynamic element offsets of its operands.

@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "runtime/env.h"
+#include "runtime/error.h"
 
 namespace neuron::nki {
 
@@ -18,6 +19,8 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                    "one argument list per program instance expected, got " +
                        std::to_string(args.size()) + " for " + std::to_string(programs.size()),
                    "");
+  const int64_t max_iterations =
+      opt.max_loop_iterations > 0 ? opt.max_loop_iterations : max_loop_iterations_from_env();
   std::map<const uint8_t*, std::vector<uint8_t>> shadows;
   std::vector<ExecReport> reports(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) {
@@ -40,7 +43,7 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
     ExecOptions eo;
     eo.check_uninit = opt.check_uninit;
     eo.record_trace = opt.record_trace;
-    eo.max_loop_iterations = opt.max_loop_iterations;
+    eo.max_loop_iterations = max_iterations;
     auto core = acquire_core(prog.target());
     execute(prog, *core, b, eo, &reports[i]);
   }
@@ -56,13 +59,29 @@ CheckPolicy check_policy_from_env() {
   s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
           s.end());
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s.empty() || s == "first") return CheckPolicy::First;
   if (s == "0" || s == "never" || s == "off" || s == "false") return CheckPolicy::Never;
   if (s == "always" || s == "2" || s == "all") return CheckPolicy::Always;
-  return CheckPolicy::First;
+  throw rt::ConfigError(std::string("NEURON_EMU_NKI_CHECK=") + v +
+                        ": expected first (the default: the first run of each program), always "
+                        "or never");
+}
+
+const char* check_policy_name(CheckPolicy p) {
+  switch (p) {
+    case CheckPolicy::Always:
+      return "always";
+    case CheckPolicy::Never:
+      return "never";
+    case CheckPolicy::First:
+      break;
+  }
+  return "first";
 }
 
 int64_t max_loop_iterations_from_env() {
-  return rt::getenv_int("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", int64_t{1} << 31, 1, INT64_MAX);
+  return rt::getenv_int("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", kDefaultMaxLoopIterations, 1,
+                        INT64_MAX);
 }
 
 bool want_check(CheckPolicy policy, bool checked_before,

@@ -27,7 +27,7 @@ struct HbmArg {
 struct LaunchOptions {
   bool check_uninit = false;
   bool record_trace = false;
-  int64_t max_loop_iterations = int64_t{1} << 31;
+  int64_t max_loop_iterations = 0;  // 0: max_loop_iterations_from_env()
 };
 
 // Runs programs[i] with args[i] for every instance i, in order. In checking mode the
@@ -38,10 +38,13 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                                    const LaunchOptions& opt);
 
 // When to track uninitialized memory (NEURON_EMU_NKI_CHECK): on the first run of each
-// program (default), always, or never. NKI_SIMULATOR=1 means always.
+// program (default), always, or never. NKI_SIMULATOR=1 means always. Throws rt::ConfigError
+// for a value it does not know.
 enum class CheckPolicy { First, Always, Never };
 CheckPolicy check_policy_from_env();
-// NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (default 2^31).
+const char* check_policy_name(CheckPolicy p);  // "first", "always", "never"
+// NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (default kDefaultMaxLoopIterations); throws
+// rt::ConfigError unless it is a positive integer.
 int64_t max_loop_iterations_from_env();
 // Whether a launch of `programs` checks, given whether they ran checked before. Programs whose
 // definedness can change between runs (Program::needs_recheck: runtime loops whose trip counts

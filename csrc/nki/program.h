@@ -1,9 +1,10 @@
 // A traced NKI kernel: its tensors (HBM arguments and scratch, SBUF and PSUM tiles), its ISA
 // instructions over access patterns, and the kernel source locations they came from. The
 // Python tracer builds it instruction by instruction; add() checks every hardware rule of the
-// instruction (so a violation surfaces at the kernel line that caused it), finalize() runs
-// liveness analysis and places every SBUF/PSUM tensor (capacity and overlap checks), and the
-// executor (executor.h) replays the result as often as needed.
+// instruction as its isa.def entry declares them (so a violation surfaces at the kernel line
+// that caused it), finalize() runs liveness analysis and places every SBUF/PSUM tensor
+// (capacity and overlap checks), and the executor (executor.h) replays the result as often as
+// needed.
 // Thread-safety: building is single-threaded; a finalized Program is immutable and may be
 // executed concurrently from several threads.
 #pragma once
@@ -18,60 +19,9 @@
 
 #include "alu.h"
 #include "dtype.h"
+#include "isa.h"
 
 namespace neuron::nki {
-
-enum class Mem : uint8_t { Hbm, Sbuf, Psum };
-enum class Engine : uint8_t { Tensor, Vector, Scalar, GpSimd, Dma, Sync, Count };
-constexpr int kNumEngines = static_cast<int>(Engine::Count);
-
-std::string_view mem_name(Mem m);
-std::string_view engine_name(Engine e);
-
-// Instruction set. The operand conventions of each opcode (which `ap`, `i` and `f` slot means
-// what) are listed in instr_layout.md next to this file and mirrored by python/nki/isa.py.
-enum class Op : uint8_t {
-  DmaCopy,
-  TensorCopy,
-  Memset,
-  Iota,
-  TensorTensor,
-  TensorScalar,
-  ScalarTensorTensor,
-  TensorReduce,
-  PartitionReduce,
-  Activation,
-  Reciprocal,
-  TensorTensorScan,
-  TensorScalarReduce,
-  Matmul,
-  Transpose,
-  AffineSelect,
-  SelectReduce,
-  CopyPredicated,
-  BnStats,
-  BnAggr,
-  Max8,
-  RegMove,
-  RegLoad,
-  RegStore,
-  LoopBegin,
-  LoopEnd,
-  WhileBegin,
-  WhileEnd,
-  TensorScalarCumulative,
-  RangeSelect,
-  Count,
-};
-std::string_view op_name(Op op);  // "nki.isa.nc_matmul", ...
-
-constexpr int kMaxApDims = 6;
-constexpr int kMaxOperands = 5;
-constexpr int kNumInts = 12;
-constexpr int kNumFloats = 4;
-
-// reduce_cmd of activation / select_reduce (nki.isa.reduce_cmd).
-enum class ReduceCmd : uint8_t { Idle, Reset, Reduce, ResetReduce, LoadReduce };
 
 // An access pattern into one tensor: element `offset` of the flattened tensor plus
 // [step, num] pairs (outermost first). On SBUF/PSUM the first pair is the partition dimension
@@ -92,6 +42,8 @@ struct Ap {
   int64_t free_size() const;  // product of num[1..]
 };
 
+// One instruction: ap[k] is operand k of its isa.def entry, i[] and f[] hold the attributes in
+// the slots the entry assigns (isa::Fields names them).
 struct Instr {
   Op op = Op::Count;
   Engine engine = Engine::Vector;
@@ -101,7 +53,61 @@ struct Instr {
   std::array<double, kNumFloats> f{};
   int32_t loc = -1;  // index into Program::strings (kernel file:line)
   int32_t api = -1;  // index into Program::strings (the nki.language API that emitted it), or -1
+
+  const isa::InstrDef& def() const { return isa::def(op); }
 };
+
+namespace isa {
+
+// Named access to the fields of an instruction of opcode O, resolved at compile time:
+//   isa::Fields<Op::TensorScalar> f{in};  f.ap<"data">(), f.has<"operand0">(), f.alu<"op0">(),
+//   f.flag<"reverse0">(), f.imm<"imm0">(), f.i<"pattern">(3);  Fields<O>::k<"data"> = index.
+template <Op O>
+struct Fields {
+  const Instr& in;
+
+  template <Name N>
+  static constexpr int k = operand_of(O, N.view());
+  template <Name N>
+  static constexpr int slot = attr_of(O, N.view()).slot;
+
+  template <Name N>
+  const Ap& ap() const {
+    return in.ap[k<N>];
+  }
+  template <Name N>
+  bool has() const {
+    return k<N> < in.nap && in.ap[k<N>].buf >= 0;
+  }
+  template <Name N>
+  int64_t i(int j = 0) const {
+    static_assert(!attr_of(O, N.view()).is_float(), "a Float attribute: use imm<>()");
+    return in.i[slot<N> + j];
+  }
+  template <Name N>
+  bool flag() const {
+    return i<N>() != 0;
+  }
+  template <Name N>
+  Alu alu() const {
+    return static_cast<Alu>(i<N>());
+  }
+  template <Name N>
+  Act act() const {
+    return static_cast<Act>(i<N>());
+  }
+  template <Name N>
+  ReduceCmd cmd() const {
+    return static_cast<ReduceCmd>(i<N>());
+  }
+  template <Name N>
+  double imm() const {
+    static_assert(attr_of(O, N.view()).is_float(), "not a Float attribute: use i<>()");
+    return in.f[slot<N>];
+  }
+};
+
+}  // namespace isa
 
 struct Buffer {
   Mem mem = Mem::Sbuf;
@@ -211,8 +217,6 @@ class Program {
   [[noreturn]] void fail(const Instr& in, const std::string& msg, const std::string& rule) const;
 
  private:
-  void verify(const Instr& in) const;
-  void verify_ap(const Instr& in, int k, const char* role) const;
   void allocate();
   void resolve();
 

@@ -8,6 +8,7 @@
 
 #include "runtime/error.h"
 #include "runtime/internal.h"
+#include "runtime/interrupt.h"
 #include "runtime/stream.h"
 
 namespace neuron::rt {
@@ -234,6 +235,8 @@ void* HbmAllocator::allocate(size_t bytes, Stream* stream) {
         lock.unlock();
         try {
           fn(ctx);
+        } catch (const Interrupted&) {
+          throw;  // Ctrl-C: the device did not finish, the cached blocks may still be in use
         } catch (...) {
           // Task errors stay pending on their streams and surface at the next synchronize.
         }
@@ -304,6 +307,8 @@ void HbmAllocator::empty_cache() {
   lock.unlock();
   try {
     fn(ctx);
+  } catch (const Interrupted&) {
+    throw;  // Ctrl-C: the device did not finish, the cached blocks may still be in use
   } catch (...) {
     // Left pending on the streams; raised at their next synchronize.
   }

@@ -35,7 +35,7 @@ void atfork_child() {
   }
 }
 
-thread_local int tls_device = 0;
+thread_local int tls_device = -1;  // -1: default_device()
 thread_local std::vector<Stream*> tls_streams;  // by device index; nullptr = default stream
 
 }  // namespace
@@ -149,7 +149,21 @@ void Runtime::synchronize_all() {
 
 // ---- Per-thread current device and stream -------------------------------------------------
 
-int current_device() { return tls_device; }
+int default_device() {
+  static const bool torchrun = getenv_str("LOCAL_RANK").has_value() && !getenv_str("NEURON_RT_VISIBLE_CORES").has_value();
+  if (!torchrun) return 0;
+  static const int local = [] {
+    const int64_t l = getenv_int("LOCAL_RANK", 0, 0, INT32_MAX);
+    return l < Runtime::get().device_count() ? static_cast<int>(l) : 0;
+  }();
+  return local;
+}
+
+int current_device() {
+  if (tls_device >= 0) [[likely]]
+    return tls_device;
+  return default_device();
+}
 
 void set_current_device(int index) {
   Runtime::get().device(index);  // validates the index

@@ -78,7 +78,11 @@ class Runtime {
   bool launch_blocking_ = false;
 };
 
-// Per-thread current device index (default 0).
+// The device threads start on: under torchrun (LOCAL_RANK set) with NEURON_RT_VISIBLE_CORES
+// unset, the local rank's core (on Trainium that core becomes the process's only one; here all
+// cores stay addressable, so neuron:<LOCAL_RANK> names the same core); otherwise neuron:0.
+int default_device();
+// Per-thread current device index (default: default_device()).
 int current_device();
 void set_current_device(int index);
 // Per-thread current stream of `device` (default: the device's default stream).

@@ -5,6 +5,7 @@
 
 #include "runtime/error.h"
 #include "runtime/internal.h"
+#include "runtime/interrupt.h"
 #include "runtime/trace.h"
 
 namespace neuron::rt {
@@ -197,12 +198,23 @@ void Stream::wait_completed(uint64_t seq) const {
                   " (stream ", id_,
                   ") waited for work queued behind it on its own stream; this would never finish");
   if (spin_until([&] { return completed_.load(std::memory_order_acquire) >= seq; })) return;
+  auto done = [&] { return completed_.load(std::memory_order_seq_cst) >= seq; };
   waiters_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::unique_lock<std::mutex> lock(done_mu_);
-    done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_seq_cst) >= seq; });
+  struct Leave {
+    std::atomic<int>& w;
+    ~Leave() { w.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{waiters_};
+  std::unique_lock<std::mutex> lock(done_mu_);
+  // Wake up now and then to see whether the user pressed Ctrl-C (rt/interrupt.h).
+  while (!done_cv_.wait_for(lock, std::chrono::milliseconds(50), done)) {
+    lock.unlock();
+    const bool interrupted = poll_interrupt();
+    lock.lock();
+    if (interrupted)
+      throw Interrupted(str("interrupted (Ctrl-C) while waiting for neuron:", device_, " (stream ",
+                            id_, "); a running NKI kernel stops and fails, other queued work "
+                            "still runs"));
   }
-  waiters_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Stream::wait_for(const Stream& other, uint64_t seq) {

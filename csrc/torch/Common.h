@@ -5,8 +5,10 @@
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
 
+#include "Interrupt.h"
 #include "kernels/tensor_ref.h"
 #include "runtime/error.h"
+#include "runtime/interrupt.h"
 #include "runtime/runtime.h"
 
 namespace neuron::torch_glue {
@@ -25,11 +27,14 @@ kernels::DType to_kernel_dtype(at::ScalarType t);
 // The TensorRef of a tensor (data pointer already offset by storage_offset).
 kernels::TensorRef make_ref(const at::Tensor& t);
 
-// Runs `fn`, turning runtime errors into the matching c10 errors (OOM stays an OOM).
+// Runs `fn`, turning runtime errors into the matching c10 errors (OOM stays an OOM, Ctrl-C a
+// KeyboardInterrupt).
 template <typename F>
 decltype(auto) translate_errors(F&& fn) {
   try {
     return fn();
+  } catch (const rt::Interrupted& e) {
+    raise_interrupt(e.what());  // Ctrl-C: KeyboardInterrupt
   } catch (const rt::OutOfMemoryError& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
   } catch (const rt::Error& e) {

@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "Common.h"
+#include "Interrupt.h"
 #include "NeuronGenerator.h"
 #include "NkiBindings.h"
 #include "OpTracker.h"
@@ -58,6 +59,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace neuron;
   using namespace neuron::torch_glue;
   m.doc() = "neuron-emu: the native part of torch_neuronx";
+  install_interrupt_poll();  // Ctrl-C interrupts waits for the device
   init_compiler_bindings(m);
 
   m.def("_device_count", [] {

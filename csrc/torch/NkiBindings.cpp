@@ -4,13 +4,17 @@
 // pybind11 and the lower layers are used here: the tracer hands over raw data pointers.
 #include "NkiBindings.h"
 
+#include "Interrupt.h"
+
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cctype>
 
 #include "nki/cost_model.h"
 #include "nki/error.h"
 #include "nki/executor.h"
+#include "nki/isa.h"
 #include "nki/launch.h"
 #include "nki/program.h"
 #include "runtime/runtime.h"
@@ -27,6 +31,10 @@ using nki::Program;
 // kind/instruction/location/rule.
 void translate_nki_error(const nki::NkiError& e) {
   py::gil_scoped_acquire gil;
+  if (e.kind() == "interrupted") {  // Ctrl-C during a run on this thread
+    set_interrupt_error(e.what());
+    return;
+  }
   py::object cls;
   try {
     cls = py::module_::import("nki._errors").attr("NkiValidationError");
@@ -80,6 +88,13 @@ struct PyBinding {
 struct Trace {
   std::vector<nki::ExecRecord> records;
   int64_t instructions = 0;
+};
+
+// Set by a launched task when a checked run of its programs finished without error: a program
+// counts as validated only then (a failed or still-queued checked run keeps the next call
+// checking). Written by the stream worker, read by the caller.
+struct CheckState {
+  std::atomic<bool> passed{false};
 };
 
 // Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
@@ -153,6 +168,64 @@ nki::Target target_from(const py::dict& d) {
   return t;
 }
 
+// The instruction set as isa.def declares it, for the Python tracer (python/nki/_tracer.py):
+// per instruction its opcode, API name, engines, operand names and attribute slots, plus the
+// names of every enum an attribute or operand can hold.
+py::dict isa_table() {
+  auto lower = [](std::string_view v) {
+    std::string s(v);
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  py::dict ops;
+  for (const auto& d : nki::isa::kInstrs) {
+    py::list engines, operands;
+    for (int e = 0; e < nki::kNumEngines; ++e)
+      if (d.engines & (1u << e))
+        engines.append(lower(nki::engine_name(static_cast<nki::Engine>(e))));
+    for (int k = 0; k < d.num_operands; ++k) operands.append(std::string(d.operands[k].name));
+    py::dict attrs;
+    for (int k = 0; k < d.num_attrs; ++k) {
+      const auto& a = d.attrs[k];
+      attrs[py::str(std::string(a.name))] =
+          py::make_tuple(std::string(nki::isa::attr_kind_name(a.kind)), a.slot, a.count);
+    }
+    py::dict e;
+    e["code"] = static_cast<int>(d.op);
+    e["api"] = std::string(d.api);
+    e["engines"] = engines;
+    e["operands"] = operands;
+    e["attrs"] = attrs;
+    ops[py::str(std::string(d.id))] = e;
+  }
+  py::list alu, act, engines, mems, cmds, dtypes;
+  for (int i = 0; i < static_cast<int>(nki::Alu::Count); ++i)
+    alu.append(std::string(nki::alu_name(static_cast<nki::Alu>(i))));
+  for (int i = 0; i < static_cast<int>(nki::Act::Count); ++i)
+    act.append(std::string(nki::act_name(static_cast<nki::Act>(i))));
+  for (int i = 0; i < nki::kNumEngines; ++i)
+    engines.append(lower(nki::engine_name(static_cast<nki::Engine>(i))));
+  for (int i = 0; i < 3; ++i) mems.append(lower(nki::mem_name(static_cast<nki::Mem>(i))));
+  for (int i = 0; i < static_cast<int>(nki::ReduceCmd::Count); ++i)
+    cmds.append(std::string(nki::reduce_cmd_name(static_cast<nki::ReduceCmd>(i))));
+  for (int i = 0; i < nki::kNumDTypes; ++i) {
+    const auto t = static_cast<nki::DT>(i);
+    dtypes.append(py::make_tuple(std::string(nki::dt_name(t)), nki::dt_size(t)));
+  }
+  py::dict out;
+  out["ops"] = ops;
+  out["alu"] = alu;
+  out["act"] = act;
+  out["engines"] = engines;
+  out["mems"] = mems;
+  out["reduce_cmd"] = cmds;
+  out["dtypes"] = dtypes;
+  out["max_operands"] = nki::kMaxOperands;
+  out["num_ints"] = nki::kNumInts;
+  out["num_floats"] = nki::kNumFloats;
+  return out;
+}
+
 }  // namespace
 
 void register_nki(py::module_& parent) {
@@ -164,6 +237,8 @@ void register_nki(py::module_& parent) {
       translate_nki_error(e);
     }
   });
+
+  m.def("isa_table", &isa_table);
 
   // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
   // the runtime.
@@ -329,24 +404,38 @@ void register_nki(py::module_& parent) {
         return run_all(progs, binds, check, record, max_iters);
       },
       py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
-      py::arg("max_iterations") = int64_t{1} << 31);
+      py::arg("max_iterations") = 0);
+
+  py::class_<CheckState, std::shared_ptr<CheckState>>(m, "CheckState")
+      .def(py::init<>())
+      .def_property_readonly("passed", [](const CheckState& s) { return s.passed.load(); });
 
   // Asynchronous execution on device memory: one task on the current stream of `device`.
+  // `check_state` (optional) is marked passed when a checked run completes without error.
   m.def(
       "launch",
       [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, int device,
-         const std::string& name, bool check, int64_t max_iters) {
+         const std::string& name, bool check, int64_t max_iters,
+         std::shared_ptr<CheckState> check_state) {
         auto binds = to_bindings(bindings);
         if (binds.size() != progs.size())
           throw std::invalid_argument("nki: one binding list per program");
         rt::Runtime::get().device(device);  // validates the index
+        // Read the environment here, so that a bad value fails the call, not the queued task.
+        if (max_iters <= 0) max_iters = nki::max_loop_iterations_from_env();
         rt::Stream& stream = rt::current_stream(device);
-        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters] {
+        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters, check_state] {
           run_all(progs, binds, check, false, max_iters);
+          if (check && check_state) check_state->passed.store(true);
         });
       },
       py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
-      py::arg("check"), py::arg("max_iterations") = int64_t{1} << 31);
+      py::arg("check"), py::arg("max_iterations") = 0, py::arg("check_state") = nullptr);
+
+  // NEURON_EMU_NKI_CHECK as the launches apply it ("first", "always", "never"); raises for a
+  // value it does not know.
+  m.def("check_policy",
+        [] { return std::string(nki::check_policy_name(nki::check_policy_from_env())); });
 }
 
 }  // namespace neuron::torch_glue

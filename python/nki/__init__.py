@@ -20,15 +20,17 @@ from . import _cache
 if _cache.enabled():
     _warnings.warn(
         "NKI_ENABLE_TRACE_CACHE=1: the NKI kernel compile cache is persisted across processes "
-        f"(traced kernels are stored in {_cache.cache_dir()} and reused by later runs with the same kernel "
-        "source and nki version; unset the variable to trace in every process)",
+        f"(traced kernels are stored in {_cache.cache_dir()} and reused by later runs while the kernel, the "
+        "sources that ran while tracing it and the values it read are unchanged; unset the variable to trace "
+        "in every process)",
         UserWarning,
         stacklevel=2,
     )
 
-from . import isa, language, typing
+from . import compiler, dtype, isa, language, tensor, typing
 from ._errors import NkiValidationError
 from ._jit import Kernel, TracedKernel, jit
+from ._legacy import baremetal, cpu_simulate, simulate_kernel
 from ._profile import (
     BenchmarkResult,
     KernelEstimate,
@@ -46,12 +48,18 @@ __all__ = [
     "NkiValidationError",
     "ProfileResult",
     "TracedKernel",
+    "baremetal",
     "benchmark",
+    "compiler",
+    "cpu_simulate",
+    "dtype",
     "estimate",
     "isa",
     "jit",
     "language",
     "profile",
     "simulate",
+    "simulate_kernel",
+    "tensor",
     "typing",
 ]

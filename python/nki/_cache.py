@@ -1,23 +1,32 @@
-"""Persistent trace cache (NKI_ENABLE_TRACE_CACHE=1): traced programs are stored on disk keyed
-by the kernel's source file, its qualified name, the nki version, the specialization
-(argument shapes, dtypes and constants), the launch grid and the target. Entries are written
-atomically and checksummed; a damaged entry is deleted and the kernel is traced again."""
+"""Persistent trace cache (NKI_ENABLE_TRACE_CACHE=1). An entry is found by the kernel's identity
+and its specialization: qualified name, module and file, the nki version, the argument
+signature (shapes, dtypes, constants), the launch grid, the target, the Python and numpy
+versions and the native core build. Several entries can share that key: each stores what its
+trace read (nki._deps: the source files whose code ran, with their hashes, and the values of the
+globals and closure cells user code read), and is used only when all of them are unchanged.
+Every entry stores its full key and is used only when that key is the one asked for. Entries
+are written atomically and checksummed; a damaged entry is deleted and the kernel retraced.
+docs/caches.md describes every cache key of the project."""
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import os
 import struct
+import sys
 import tempfile
 import warnings
 
+from . import _deps
+
 log = logging.getLogger(__name__)
 
-MAGIC = b"NKITRC01"
+MAGIC = b"NKITRC02"
+FORMAT = 2
 ENV = "NKI_ENABLE_TRACE_CACHE"
+MAX_VARIANTS = 16  # entries kept per kernel specialization (different values read); oldest go
 
 
 def enabled() -> bool:
@@ -32,35 +41,134 @@ def cache_dir() -> str:
     return os.path.join(base, "neuron-emu", "nki-trace-cache")
 
 
-def source_fingerprint(func) -> str | None:
-    """Hash of the file defining `func` plus its qualified name (None when there is no file)."""
+def _native_id() -> str:
+    """The native core build (its file's size and modification time)."""
+    from ._core import core
+
+    name = getattr(core(), "__name__", "")
+    while name:
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f:
+            try:
+                st = os.stat(f)
+            except OSError:
+                break
+            return f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}"
+        name = name.rpartition(".")[0]
+    return "unknown"
+
+
+def key_material(func, version: str, spec, grid: tuple, target: dict) -> dict | str:
+    """Everything an entry is looked up by, as JSON data; a string says why there is none."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return f"{func!r} is not a Python function"
+    spec_s = repr(spec)
+    if " at 0x" in spec_s:
+        return "an argument has no process-independent form (its repr shows a memory address)"
+    np = sys.modules.get("numpy")
+    material = {
+        "format": FORMAT,
+        "kernel": func.__qualname__,
+        "module": getattr(func, "__module__", None),
+        "file": os.path.abspath(code.co_filename),
+        "nki": version,
+        "spec": spec_s,
+        "grid": list(grid),
+        "target": target,
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "numpy": getattr(np, "__version__", None),
+        "native": _native_id(),
+    }
+    return json.loads(json.dumps(material, sort_keys=True, default=str))
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def _dir(material: dict) -> str:
+    k = _digest(material)
+    return os.path.join(cache_dir(), k[:2], k)
+
+
+def lookup(material: dict, func):
+    """(meta, [program bytes]) of an entry for `material` whose recorded files and values match
+    this process, or None."""
+    d = _dir(material)
     try:
-        path = inspect.getsourcefile(func)
-        if not path or not os.path.exists(path):
-            return None
-        with open(path, "rb") as f:
-            text = f.read()
-    except (TypeError, OSError):
+        names = [n for n in os.listdir(d) if n.endswith(".nkitrace")]
+    except OSError:
         return None
-    h = hashlib.sha256(text)
-    h.update(b"\0" + func.__qualname__.encode())
-    return h.hexdigest()
+    paths = [os.path.join(d, n) for n in names]
+    paths.sort(key=_mtime, reverse=True)  # the most recently written first
+    for path in paths:
+        hit = _read(path)
+        if hit is None:
+            continue
+        meta, programs = hit
+        if meta.get("key") != material:
+            _warn_once(
+                f"NKI trace cache entry {path} was written for another kernel or specialization "
+                f"({_describe(meta.get('key'))}); ignoring it"
+            )
+            continue
+        if not _deps.manifest_matches(meta.get("deps"), func):
+            continue
+        return meta, programs
+    return None
 
 
-def entry_key(fingerprint: str, version: str, spec: str, grid: tuple, target: dict) -> str:
-    h = hashlib.sha256()
-    for part in (fingerprint, version, spec, repr(grid), json.dumps(target, sort_keys=True)):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()
+def store(material: dict, manifest: dict, meta: dict, programs: list[bytes]) -> None:
+    d = _dir(material)
+    path = os.path.join(d, _digest(manifest)[:32] + ".nkitrace")
+    meta = dict(meta, key=material, deps=manifest, num_programs=len(programs))
+    j = json.dumps(meta).encode()
+    body = struct.pack("<I", len(j)) + j + b"".join(struct.pack("<Q", len(p)) + p for p in programs)
+    blob = MAGIC + hashlib.sha256(body).digest() + body
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as e:
+        log.warning("could not write NKI trace cache entry %s: %s", path, e)
+        return
+    _prune(d)
 
 
-def _path(key: str) -> str:
-    return os.path.join(cache_dir(), key[:2], key + ".nkitrace")
+def _prune(d: str) -> None:
+    try:
+        paths = [os.path.join(d, n) for n in os.listdir(d) if n.endswith(".nkitrace")]
+    except OSError:
+        return
+    paths.sort(key=_mtime, reverse=True)
+    for p in paths[MAX_VARIANTS:]:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
 
 
-def load(key: str):
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _read(path: str):
     """(meta, [program bytes]) or None when absent or damaged (a damaged file is removed)."""
-    path = _path(key)
     try:
         with open(path, "rb") as f:
             blob = f.read()
@@ -86,7 +194,7 @@ def load(key: str):
         return meta, programs
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error) as e:  # damaged: drop, retrace
         warnings.warn(
-            f"NKI trace cache entry {path} is damaged ({e}); tracing the kernel again", stacklevel=3
+            f"NKI trace cache entry {path} is damaged ({e}); tracing the kernel again", stacklevel=4
         )
         try:
             os.unlink(path)
@@ -95,26 +203,37 @@ def load(key: str):
         return None
 
 
-def store(key: str, meta: dict, programs: list[bytes]) -> None:
-    path = _path(key)
-    meta = dict(meta, num_programs=len(programs))
-    j = json.dumps(meta).encode()
-    body = struct.pack("<I", len(j)) + j + b"".join(struct.pack("<Q", len(p)) + p for p in programs)
-    blob = MAGIC + hashlib.sha256(body).digest() + body
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError as e:
-        log.warning("could not write NKI trace cache entry %s: %s", path, e)
+def _describe(material) -> str:
+    if not isinstance(material, dict):
+        return "no key"
+    return f"kernel {material.get('kernel')} in {material.get('file')}"
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, stacklevel=4)
+
+
+def note_not_persisted(func, reasons: list[str]) -> None:
+    """A note, once per kernel and reason, at the kernel's definition: why its trace is kept in
+    memory only."""
+    code = getattr(func, "__code__", None)
+    where = f" ({os.path.basename(code.co_filename)})" if code is not None else ""
+    more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+    msg = (
+        f"NKI trace cache: kernel {func.__qualname__}{where} is not persisted: {reasons[0]}{more}; "
+        "it is traced again in every process"
+    )
+    if msg in _warned:
+        return
+    _warned.add(msg)
+    if code is None:
+        warnings.warn(msg, stacklevel=2)
+    else:
+        warnings.warn_explicit(
+            msg, UserWarning, code.co_filename, code.co_firstlineno, module=getattr(func, "__module__", None)
+        )

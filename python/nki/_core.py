@@ -27,11 +27,12 @@ _TARGETS = {
 }
 
 
-def target() -> dict:
-    """The machine kernels are traced for: the instance profile (NEURON_EMU_INSTANCE_TYPE), or
-    NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3 like the real compiler."""
+def target(platform: str | None = None) -> dict:
+    """The machine kernels are traced for: `platform` (``nki.jit(platform_target=)``), else
+    NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3 like the real compiler, else the instance
+    profile (NEURON_EMU_INSTANCE_TYPE)."""
     t = dict(core().default_target())
-    override = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "").strip().lower()
+    override = (platform or os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "")).strip().lower()
     if override:
         if override not in _TARGETS:
             raise ValueError(

@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 
-from . import _cache, _tracer
+from . import _cache, _deps, _tracer
 from . import _dtypes as dt
 from ._core import core, target
 from ._tensor import MemoryRegion, NkiTensor, new_tensor
@@ -112,6 +112,9 @@ def _freeze(v):
         return (type(v).__name__, tuple(_freeze(x) for x in v))
     if isinstance(v, dict):
         return ("dict", tuple(sorted((str(k), _freeze(x)) for k, x in v.items())))
+    state = getattr(v, "_nki_state", None)
+    if state is not None and callable(state):  # nl.NKIObject: keyed by its field values
+        return ("nkiobj", type(v).__module__, type(v).__qualname__, _freeze(state()))
     if _is_tensor(v):
         return _tensor_spec(v)
     t = _torch()
@@ -158,17 +161,32 @@ def observe_launches(observer):
 
 # ---------------------------------------------------------------------------------------------
 
+_MEMORY_VARIANTS = 8  # traces kept per signature (one per set of global/closure values seen)
+
 
 class TracedKernel:
     """The specialized form of a kernel for one argument signature: one finalized program per
     grid instance, plus how its HBM tensors map to the launch's arguments and outputs."""
 
-    def __init__(self, programs: list, meta: dict):
+    def __init__(self, programs: list, meta: dict, deps: _deps.Deps | None = None):
         self.programs = programs
         self.meta = meta
-        self.checked = False
+        self.deps = deps if deps is not None else _deps.Deps()
+        self._checked = False  # a checked host run passed
+        self._device_check = None  # core().CheckState of checked device launches
         self.lock = threading.Lock()
         self._static_estimates = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether a run with the uninitialized-memory check passed (a failed or still-running
+        checked run does not count: the next call checks again)."""
+        return self._checked or (self._device_check is not None and self._device_check.passed)
+
+    def device_check_state(self):
+        if self._device_check is None:
+            self._device_check = core().CheckState()
+        return self._device_check
 
     def dump(self) -> str:
         """The instructions of every instance (only ISA instructions remain after tracing)."""
@@ -217,6 +235,11 @@ class Kernel:
         g = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
         return f"<nki.jit kernel {self.func.__qualname__}{g}>"
 
+    def _cache_identity(self) -> tuple:
+        """How a trace that read this kernel (a sub-kernel it calls) keys it: the code is covered
+        by the source files, the closure by the values recorded when it ran."""
+        return ("nki.jit", self.func.__module__, self.func.__qualname__, self.grid)
+
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
@@ -225,7 +248,7 @@ class Kernel:
     # -- cache -----------------------------------------------------------------------------------
     def cache_info(self) -> dict:
         """Counters: traces run, in-memory hits, disk (NKI_ENABLE_TRACE_CACHE) hits and stores."""
-        return dict(self._shared["stats"], entries=len(self._shared["cache"]))
+        return dict(self._shared["stats"], entries=sum(len(v) for v in self._shared["cache"].values()))
 
     def cache_clear(self) -> None:
         self._shared["cache"].clear()
@@ -266,48 +289,72 @@ class Kernel:
         _map_tensors(tuple(bound.arguments.values()), lambda t: tensors.append(t) or t)
         framework, device = _framework(tensors)
         spec = tuple((name, _freeze(v)) for name, v in bound.arguments.items())
-        tgt = target()
+        tgt = target(self.options.get("platform_target"))
         key = (self.grid, spec, tuple(sorted((k, v) for k, v in tgt.items() if not isinstance(v, dict))))
         shared = self._shared
         stats = shared["stats"]
         use_memory = os.environ.get("NKI_DISABLE_COMPILE_CACHE", "") != "1"
-        traced = shared["cache"].get(key) if use_memory else None
+        traced = self._memory_hit(key) if use_memory else None
         if traced is not None:
             stats["memory_hits"] += 1
             return traced, tensors, framework, device
         with shared["lock"]:
-            traced = shared["cache"].get(key) if use_memory else None
+            traced = self._memory_hit(key) if use_memory else None
             if traced is None:
                 traced = self._load_or_trace(bound, tgt, spec)
                 if use_memory:
-                    shared["cache"][key] = traced
+                    variants = shared["cache"].setdefault(key, [])
+                    variants.insert(0, traced)
+                    del variants[_MEMORY_VARIANTS:]
             else:
                 stats["memory_hits"] += 1
         return traced, tensors, framework, device
 
+    def _memory_hit(self, key) -> TracedKernel | None:
+        """The trace for `key` whose recorded globals and closure values still hold."""
+        for traced in self._shared["cache"].get(key, ()):
+            if traced.deps.valid_in_memory(self.func):
+                return traced
+        return None
+
     def _load_or_trace(self, bound, tgt: dict, spec) -> TracedKernel:
         stats = self._shared["stats"]
-        disk_key = None
+        material = None
         if _cache.enabled():
-            fp = _cache.source_fingerprint(self.func)
-            spec_s = repr(spec)
-            if fp is not None and " at 0x" not in spec_s:
-                disk_key = _cache.entry_key(fp, _version(), spec_s, self.grid, tgt)
-                hit = _cache.load(disk_key)
+            material = _cache.key_material(self.func, _version(), spec, self.grid, tgt)
+            if isinstance(material, str):
+                _cache.note_not_persisted(self.func, [material])
+                material = None
+            else:
+                hit = _cache.lookup(material, self.func)
                 if hit is not None:
                     meta, blobs = hit
                     try:
                         programs = [core().Program.deserialize(b) for b in blobs]
+                        deps = _deps.Deps.from_manifest(meta["deps"], self.func)
                     except Exception as e:  # noqa: BLE001 - a stale or damaged entry: retrace
                         log.warning("NKI trace cache entry unusable (%s); tracing again", e)
                     else:
                         stats["disk_hits"] += 1
-                        return TracedKernel(programs, meta)
-        traced = self._trace(bound, tgt)
+                        return TracedKernel(programs, meta, deps)
+        if material is not None:
+            # Only a trace that may be reused by another process pays for recording what it read
+            # (tracing runs 1.5-3x slower under it); in memory the static view suffices.
+            with _deps.Recorder(self.func) as rec:
+                traced = self._trace(bound, tgt)
+            traced.deps = rec.finish()
+        else:
+            traced = self._trace(bound, tgt)
+            traced.deps = _deps.static_deps(self.func)
         stats["traces"] += 1
-        if disk_key is not None:
-            _cache.store(disk_key, traced.meta, [p.serialize() for p in traced.programs])
-            stats["disk_stores"] += 1
+        if material is not None:
+            if traced.deps.unkeyable:
+                _cache.note_not_persisted(self.func, traced.deps.unkeyable)
+            else:
+                _cache.store(
+                    material, traced.deps.manifest(), traced.meta, [p.serialize() for p in traced.programs]
+                )
+                stats["disk_stores"] += 1
         return traced
 
     # -- tracing ----------------------------------------------------------------------------------
@@ -396,17 +443,16 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
                 "nl.shared_hbm"
             )
-        if (
-            t.offset != 0
-            or t.shape != tuple(info["shape"])
-            or not t.is_contiguous()
-            or t.dtype != info["dtype"]
-        ):
-            raise TypeError(f"{name}: return the tensor '{t.name}' itself, not a view of it")
+        if t.offset != 0 or not t.is_contiguous() or t.dtype != info["dtype"] or t.size != math.prod(info["shape"]):
+            raise TypeError(
+                f"{name}: returned a partial or reinterpreted view {t.shape} of '{t.name}' {tuple(info['shape'])}; "
+                "return the tensor itself or a reshape of all of it"
+            )
+        view = [] if t.shape == tuple(info["shape"]) else [list(t.shape)]  # a reshaped output
         if info["kind"] == "in":
-            return ["in", info["arg"]]
+            return ["in", info["arg"], *view]
         idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
-        return ["shared", idx]
+        return ["shared", idx, *view]
 
     if ret is None:
         return {"type": "none"}
@@ -420,16 +466,9 @@ def _output_structure(ret, tr, name: str) -> dict:
 
 
 def _check_mode() -> str:
-    v = os.environ.get("NEURON_EMU_NKI_CHECK", "first").strip().lower()
-    if v in ("0", "never", "off", "false"):
-        return "never"
-    if v in ("always", "2", "all"):
-        return "always"
-    return "first"
-
-
-def _max_iterations() -> int:
-    return int(os.environ.get("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", str(1 << 31)))
+    """NEURON_EMU_NKI_CHECK as the native launches read it: "first", "always" or "never" (an
+    unknown value raises, naming the variable)."""
+    return core().check_policy()
 
 
 class _Run:
@@ -516,17 +555,23 @@ class _Run:
                 orig[...] = c
 
     def outputs(self, traced: TracedKernel):
-        spec = traced.meta["output"]
+        return resolve_outputs(traced.meta["output"], self.originals, self.shared)
 
-        def get(r):
-            return self.originals[r[1]] if r[0] == "in" else self.shared[r[1]]
 
-        if spec["type"] == "none":
-            return None
-        if spec["type"] == "single":
-            return get(spec["ref"])
-        vals = [get(r) for r in spec["refs"]]
-        return tuple(vals) if spec["type"] == "tuple" else vals
+def resolve_outputs(spec: dict, inputs: list, shared: list):
+    """A kernel's return value from its traced output structure: input (in-place) and shared
+    HBM tensors, reshaped where the kernel returned a reshape of one."""
+
+    def get(r):
+        t = inputs[r[1]] if r[0] == "in" else shared[r[1]]
+        return t.reshape(tuple(r[2])) if len(r) > 2 else t
+
+    if spec["type"] == "none":
+        return None
+    if spec["type"] == "single":
+        return get(spec["ref"])
+    vals = [get(r) for r in spec["refs"]]
+    return tuple(vals) if spec["type"] == "tuple" else vals
 
 
 def _fake_outputs(traced: TracedKernel, tensors: list, device):
@@ -537,17 +582,7 @@ def _fake_outputs(traced: TracedKernel, tensors: list, device):
         torch.empty(s["shape"], dtype=dt.torch_dtype(dt.to_dtype(s["dtype"])), device=device)
         for s in meta["shared"]
     ]
-    spec = meta["output"]
-
-    def get(r):
-        return tensors[r[1]] if r[0] == "in" else shared[r[1]]
-
-    if spec["type"] == "none":
-        return None
-    if spec["type"] == "single":
-        return get(spec["ref"])
-    vals = [get(r) for r in spec["refs"]]
-    return tuple(vals) if spec["type"] == "tuple" else vals
+    return resolve_outputs(meta["output"], tensors, shared)
 
 
 def _want_check(traced: TracedKernel, force: bool | None) -> bool:
@@ -580,13 +615,19 @@ def _execute(
     want = _want_check(traced, check)
     if framework == "neuron" and not host:
         core().launch(
-            traced.programs, bindings, int(device.index or 0), traced.meta["name"], want, _max_iterations()
+            traced.programs,
+            bindings,
+            int(device.index or 0),
+            traced.meta["name"],
+            want,
+            0,  # NEURON_EMU_NKI_MAX_LOOP_ITERATIONS, read (and validated) natively
+            traced.device_check_state() if want else None,
         )
-        traced.checked = traced.checked or want
         run.finish()
         return run.outputs(traced)
-    traces = core().run(traced.programs, bindings, want, record, _max_iterations())
-    traced.checked = traced.checked or want
+    traces = core().run(traced.programs, bindings, want, record)
+    if want:
+        traced._checked = True
     run.finish()
     outs = run.outputs(traced)
     if record:
@@ -594,18 +635,31 @@ def _execute(
     return outs
 
 
+# Options of the real compiler that change nothing in the emulator's results (debug output,
+# compiler flags, scheduling); accepted so real code runs, logged once when set.
+_IGNORED_OPTIONS = ("debug_kernel", "show_compiler_tb", "experimental_flags", "additional_compile_opt",
+                    "save_neff_name", "save_trace_name", "artifacts_dir", "enable_out_of_bound_check")
+_warned_options: set = set()
+
+
 def jit(func=None, *, mode: str = "auto", platform_target=None, **options):
-    """Decorates an NKI kernel. Options of the real compiler (mode, debug_kernel,
-    show_compiler_tb, experimental_flags, ...) are accepted and ignored; the target comes from
-    NEURON_PLATFORM_TARGET_OVERRIDE or the instance profile."""
+    """Decorates an NKI kernel. ``platform_target="trn1"|"trn2"|"trn3"`` traces it for that
+    NeuronCore generation (default: NEURON_PLATFORM_TARGET_OVERRIDE, else the instance profile).
+    ``mode`` is the framework, which the emulator detects from the arguments; the debugging and
+    compiler options of the real stack (debug_kernel, show_compiler_tb, experimental_flags, ...)
+    do not change results and are accepted (noted once in the log)."""
     if platform_target is not None:
-        raise ValueError(
-            "nki.jit(platform_target=...) is not supported; set NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2|trn3"
-        )
+        target(str(platform_target))  # validates the name now, not at the first call
+        platform_target = str(platform_target)
+    for k in options:
+        if k not in _warned_options:
+            _warned_options.add(k)
+            log.info("nki.jit(%s=...) has no effect on neuron-emu (%s)", k,
+                     "debug/compiler option" if k in _IGNORED_OPTIONS else "unknown option")
 
     def wrap(f):
         if isinstance(f, Kernel):
             return f
-        return Kernel(f, (), dict(options, mode=mode))
+        return Kernel(f, (), dict(options, mode=mode, platform_target=platform_target))
 
     return wrap(func) if func is not None else wrap

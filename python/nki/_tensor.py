@@ -12,7 +12,7 @@ import math
 import re
 
 from . import _dtypes as dt
-from ._tracer import MEM_HBM, MEM_PSUM, MEM_SBUF, current
+from ._tracer import current, mem_code
 
 
 class MemoryRegion(enum.Enum):
@@ -29,7 +29,7 @@ class MemoryRegion(enum.Enum):
 
     @property
     def mem(self) -> int:
-        return {"sbuf": MEM_SBUF, "psum": MEM_PSUM}.get(self.value, MEM_HBM)
+        return mem_code(self.value if self.value in ("sbuf", "psum") else "hbm")
 
 
 class _Buffer:
@@ -123,6 +123,15 @@ class RegExpr:
         return self + (-k)
 
     __bool__ = __int__ = __index__ = VirtualRegister._unknown  # type: ignore[assignment]
+
+
+class ParDim(int):
+    """``nl.par_dim(n)``: marks the partition dimension of an on-chip tensor's shape. Dimensions
+    in front of it are block dimensions: ``nl.ndarray((4, nl.par_dim(128), 512), buffer=nl.sbuf)``
+    is four [128, 512] tiles (index a block with ``t[i]``)."""
+
+    def __repr__(self) -> str:
+        return f"nl.par_dim({int(self)})"
 
 
 class DynSlice:
@@ -292,6 +301,27 @@ mgrid = _MGrid()
 # ---------------------------------------------------------------------------------------------
 
 
+_AP_MAX_DIMS = 6  # dimensions of one hardware access pattern
+
+
+def _coalesce(shape, steps) -> tuple:
+    """The same elements in the same order with fewer dimensions: size-1 free dimensions are
+    dropped and free dimensions that are contiguous with each other merged (the partition
+    dimension stays first). Lets views with more than 6 dimensions reach the hardware access
+    pattern when their memory layout needs fewer."""
+    out_n, out_s = [shape[0]], [steps[0]]
+    for n, st in zip(shape[1:], steps[1:]):
+        if n == 1:
+            continue
+        if len(out_n) > 1 and out_s[-1] == st * n:
+            out_n[-1] *= n
+            out_s[-1] = st
+        else:
+            out_n.append(n)
+            out_s.append(st)
+    return tuple(out_n), tuple(out_s)
+
+
 class NkiTensor:
     """A tensor value while an NKI kernel is traced: a view of an allocated tensor.
 
@@ -299,10 +329,13 @@ class NkiTensor:
     with an int and cannot be moved by view operations.
     """
 
-    __slots__ = ("_b", "_base", "_bounds", "_offset", "_reg", "_steps", "dtype", "shape")
+    __slots__ = ("_b", "_base", "_bounds", "_mask", "_nblock", "_offset", "_reg", "_steps", "dtype", "shape")
 
-    def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False):
+    def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False, nblock=0):
         self._b = b
+        # Leading block dimensions in front of the partition dimension (nl.par_dim): a tensor
+        # of shape (4, par_dim(128), F) is four [128, F] tiles; index the blocks away before use.
+        self._nblock = nblock
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
         self._offset = int(offset)
@@ -312,6 +345,9 @@ class NkiTensor:
         # Index-grid dimensions that exceed the tensor unless a mask restricts them:
         # [(expr, dim_size, dim)], checked by _apply_mask / when the view is used.
         self._bounds = None
+        # The index-grid mask of the old-style call that produced this tile (only the masked
+        # elements were written): assigning or storing the tile copies only those.
+        self._mask = None
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -357,6 +393,14 @@ class NkiTensor:
         raise TypeError("an NkiTensor has no truth value at trace time")
 
     def _ap(self) -> tuple:
+        if self._nblock:
+            if any(n != 1 for n in self.shape[: self._nblock]):
+                raise ValueError(
+                    f"'{self.name}' of shape {self.shape} has {self._nblock} block dimension(s) in front of its "
+                    "partition dimension (nl.par_dim); an instruction takes one tile: index the block "
+                    "dimensions with ints first (t[i] or t[i, :, :])"
+                )
+            return self._view(self.shape[self._nblock :], self._steps[self._nblock :], nblock=0)._ap()
         if self._bounds:
             expr, size, d = self._bounds[0]
             lo, hi = expr.range()
@@ -365,10 +409,14 @@ class NkiTensor:
                 "(restrict it with mask=...)"
             )
         shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
+        if len(shape) > _AP_MAX_DIMS:
+            shape, steps = _coalesce(shape, steps)
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
         return (self._b.id, self.dtype.code, self._offset, steps, shape, reg, scale)
 
-    def _view(self, shape, steps, offset=None, reg="keep", dtype=None) -> NkiTensor:
+    def _view(self, shape, steps, offset=None, reg="keep", dtype=None, nblock=None) -> NkiTensor:
+        if nblock is None:
+            nblock = self._nblock if len(shape) == self.ndim else 0
         return NkiTensor(
             self._b,
             shape,
@@ -376,10 +424,11 @@ class NkiTensor:
             self._offset if offset is None else offset,
             steps,
             self._reg if reg == "keep" else reg,
+            nblock=nblock,
         )
 
     def _check_partition_dim(self, what: str, dim: int) -> None:
-        if self.on_chip and dim == 0:
+        if self.on_chip and dim == self._nblock:
             raise ValueError(
                 f"{what}: dim 0 of an on-chip tensor is the partition dimension and cannot change"
             )
@@ -405,10 +454,14 @@ class NkiTensor:
             raise IndexError(f"too many indices ({nreal}) for a tensor of shape {self.shape}")
         idx = idx + (slice(None),) * (self.ndim - nreal)
         shape, steps, off, reg = [], [], self._offset, self._reg
+        pdim = self._nblock if self.on_chip else 0
+        nblock = 0
         d = 0
         for item in idx:
+            if d < pdim and item is not None and not isinstance(item, int):
+                nblock += 1
             if item is None:
-                if self.on_chip and not shape:
+                if self.on_chip and len(shape) == nblock and d <= pdim:
                     raise IndexError("cannot insert a dimension before the partition dimension")
                 shape.append(1)
                 steps.append(0)
@@ -423,7 +476,7 @@ class NkiTensor:
                         f"index {item} is out of bounds for dimension {d} of size {n} (shape {self.shape})"
                     )
                 off += i * st
-                if self.on_chip and d == 0:
+                if self.on_chip and d == pdim:
                     shape.append(1)
                     steps.append(st)
             elif isinstance(item, slice):
@@ -463,11 +516,18 @@ class NkiTensor:
             else:
                 raise IndexError(f"unsupported index {item!r}")
             d += 1
-        return NkiTensor(self._b, shape, self.dtype, off, steps, reg)
+        return NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
 
     def _index_grid(self, idx) -> NkiTensor:
         if len(idx) > self.ndim:
             raise IndexError(f"too many indices ({len(idx)}) for a tensor of shape {self.shape}")
+        if self._nblock:
+            blocks = idx[: self._nblock]
+            if not all(isinstance(i, int) for i in blocks):
+                raise IndexError(
+                    f"'{self.name}': index its block dimensions (in front of nl.par_dim) with ints, got {blocks!r}"
+                )
+            return self[tuple(blocks)]._index_grid(idx[self._nblock :])
         exprs = []
         for i in idx:
             if isinstance(i, int):
@@ -854,6 +914,9 @@ def new_tensor(
 ) -> NkiTensor:
     """Allocates a tensor in the program being traced."""
     tr = current()
+    region = getattr(buffer, "_nki_region", None)  # nki.compiler allocation directives
+    if isinstance(region, MemoryRegion):
+        buffer = region
     if isinstance(buffer, str):
         raise TypeError(
             f"buffer={buffer!r}: use nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm (strings are not accepted)"
@@ -862,7 +925,20 @@ def new_tensor(
         raise TypeError(f"buffer must be an nl memory region (nl.sbuf, nl.psum, ...), got {buffer!r}")
     if isinstance(shape, int):
         shape = (shape,)
+    shape = tuple(shape)
+    pdims = [i for i, s in enumerate(shape) if isinstance(s, ParDim)]
+    if len(pdims) > 1:
+        raise ValueError(f"shape {shape}: at most one nl.par_dim")
     shape = tuple(int(s) for s in shape)
+    if pdims and pdims[0] > 0 and buffer in (MemoryRegion.sbuf, MemoryRegion.psum):
+        # Block dimensions: allocate [partition, *blocks, *free] and view it with the blocks first.
+        k = pdims[0]
+        alloc_shape = (shape[k],) + shape[:k] + shape[k + 1 :]
+        base = new_tensor(alloc_shape, dtype, buffer, name, address, is_input)
+        order = list(range(1, k + 1)) + [0] + list(range(k + 1, len(shape)))
+        return NkiTensor(
+            base._b, shape, base.dtype, 0, [base.strides[i] for i in order], nblock=k
+        )
     dtype = dt.to_dtype(dtype)
     counter = tr.__dict__.setdefault("_names", itertools.count())
     if not name:
@@ -877,7 +953,7 @@ def new_tensor(
     loc = tr.loc()
     bid = tr.program.add_buffer(buffer.mem, dtype.code, list(shape), name, loc, is_input, fixed_p, fixed_f)
     b = _Buffer(bid, buffer, dtype, shape, name)
-    if buffer.mem == MEM_HBM:
+    if buffer not in (MemoryRegion.sbuf, MemoryRegion.psum):
         kind = "in" if is_input else ("shared" if buffer == MemoryRegion.shared_hbm else "private")
         b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
         tr.hbm.append(b.slot_info)

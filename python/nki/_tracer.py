@@ -1,8 +1,9 @@
 """Trace-time state: the program being built for one kernel instance, source locations, and
 the instruction emitter every ``nki.isa`` / ``nki.language`` call goes through.
 
-The codes below mirror the C++ enums in csrc/nki (program.h, alu.h); instr_layout.md there
-documents the operand slots of every opcode.
+The instruction set itself (opcodes, operand names, attribute slots, ALU operators,
+activation functions, engines, memories) is declared once in csrc/nki/isa.def; ``isa()``
+reads it from the native core, and ``emit`` places operands and attributes by name.
 """
 
 from __future__ import annotations
@@ -14,123 +15,60 @@ import threading
 
 from ._core import core
 
-# neuron::nki::Op
-OP = {
-    name: i
-    for i, name in enumerate(
-        [
-            "DmaCopy",
-            "TensorCopy",
-            "Memset",
-            "Iota",
-            "TensorTensor",
-            "TensorScalar",
-            "ScalarTensorTensor",
-            "TensorReduce",
-            "PartitionReduce",
-            "Activation",
-            "Reciprocal",
-            "TensorTensorScan",
-            "TensorScalarReduce",
-            "Matmul",
-            "Transpose",
-            "AffineSelect",
-            "SelectReduce",
-            "CopyPredicated",
-            "BnStats",
-            "BnAggr",
-            "Max8",
-            "RegMove",
-            "RegLoad",
-            "RegStore",
-            "LoopBegin",
-            "LoopEnd",
-            "WhileBegin",
-            "WhileEnd",
-            "TensorScalarCumulative",
-            "RangeSelect",
-        ]
-    )
-}
-# neuron::nki::Engine
-ENGINE = {"tensor": 0, "vector": 1, "scalar": 2, "gpsimd": 3, "dma": 4, "sync": 5}
-# neuron::nki::Mem
-MEM_HBM, MEM_SBUF, MEM_PSUM = 0, 1, 2
-# neuron::nki::Alu
-ALU = {
-    name: i
-    for i, name in enumerate(
-        [
-            "bypass",
-            "add",
-            "subtract",
-            "multiply",
-            "divide",
-            "maximum",
-            "minimum",
-            "abs_max",
-            "abs_min",
-            "power",
-            "mod",
-            "fmod",
-            "equal",
-            "not_equal",
-            "less",
-            "less_equal",
-            "greater",
-            "greater_equal",
-            "logical_and",
-            "logical_or",
-            "logical_xor",
-            "bitwise_and",
-            "bitwise_or",
-            "bitwise_xor",
-            "left_shift",
-            "right_shift",
-        ]
-    )
-}
-# neuron::nki::Act
-ACT = {
-    name: i
-    for i, name in enumerate(
-        [
-            "copy",
-            "exp",
-            "log",
-            "sqrt",
-            "rsqrt",
-            "tanh",
-            "sigmoid",
-            "relu",
-            "gelu",
-            "gelu_apprx_tanh",
-            "gelu_apprx_sigmoid",
-            "gelu_dx",
-            "gelu_apprx_sigmoid_dx",
-            "silu",
-            "silu_dx",
-            "softplus",
-            "mish",
-            "erf",
-            "erf_dx",
-            "reciprocal",
-            "sin",
-            "cos",
-            "tan",
-            "arctan",
-            "square",
-            "abs",
-            "sign",
-            "negative",
-            "ceil",
-            "floor",
-            "trunc",
-            "logical_not",
-            "invert",
-        ]
-    )
-}
+
+class _Op:
+    """One instruction of the table: where each operand and attribute goes."""
+
+    __slots__ = ("api", "attrs", "code", "engines", "name", "nfloats", "nints", "noperands", "operands")
+
+    def __init__(self, name: str, e: dict):
+        self.name = name
+        self.code = e["code"]
+        self.api = e["api"]
+        self.engines = frozenset(e["engines"])
+        self.operands = {n: k for k, n in enumerate(e["operands"])}
+        self.noperands = len(e["operands"])
+        # name -> (kind, slot, count)
+        self.attrs = {n: tuple(v) for n, v in e["attrs"].items()}
+        self.nints = max([s + c for k, s, c in self.attrs.values() if k != "float"] or [0])
+        self.nfloats = max([s + c for k, s, c in self.attrs.values() if k == "float"] or [0])
+
+
+class Isa:
+    """The native instruction set tables (read once)."""
+
+    def __init__(self, t: dict):
+        self.ops = {name: _Op(name, e) for name, e in t["ops"].items()}
+        self.alu = {n: i for i, n in enumerate(t["alu"])}
+        self.act = {n: i for i, n in enumerate(t["act"])}
+        self.engine = {n: i for i, n in enumerate(t["engines"])}
+        self.mem = {n: i for i, n in enumerate(t["mems"])}
+        self.reduce_cmd = list(t["reduce_cmd"])
+        self.dtypes = [(n, size) for n, size in t["dtypes"]]
+
+
+_ISA: Isa | None = None
+
+
+def isa() -> Isa:
+    global _ISA
+    if _ISA is None:
+        _ISA = Isa(core().isa_table())
+    return _ISA
+
+
+def alu_code(name: str) -> int | None:
+    return isa().alu.get(name)
+
+
+def act_code(name: str) -> int | None:
+    return isa().act.get(name)
+
+
+def mem_code(name: str) -> int:
+    """The code of memory "hbm", "sbuf" or "psum"."""
+    return isa().mem[name]
+
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _TORCH_NEURONX_DIR = os.path.join(os.path.dirname(_PKG_DIR), "torch_neuronx")
@@ -155,6 +93,9 @@ class Trace:
         self.psum_written: dict[int, list[tuple[int, int]]] = {}
         self.loop_depth = 0
         self.default_loc = -1
+        self.emitted = 0
+        self.max_instructions = max_instructions()
+        self.unrolling: list[UnrolledRange] = []  # trace-time loops being unrolled, outermost first
 
     def loc(self) -> int:
         """Index of the kernel source location that is executing (first frame outside nki)."""
@@ -170,6 +111,103 @@ class Trace:
                 return idx
             f = f.f_back
         return self.default_loc
+
+
+MAX_INSTRUCTIONS_ENV = "NEURON_EMU_NKI_MAX_INSTRUCTIONS"
+DEFAULT_MAX_INSTRUCTIONS = 250_000  # ~190 MB of instructions; the largest nkilib test kernel has ~2,300
+
+
+def max_instructions() -> int:
+    """The cap on instructions one kernel instance may emit while it is traced."""
+    v = os.environ.get(MAX_INSTRUCTIONS_ENV, "").strip()
+    if not v:
+        return DEFAULT_MAX_INSTRUCTIONS
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(
+            f"{MAX_INSTRUCTIONS_ENV}={v!r}: expected a positive integer (default {DEFAULT_MAX_INSTRUCTIONS})"
+        )
+    return n
+
+
+class UnrolledRange:
+    """A loop unrolled at trace time (``nl.affine_range`` / ``sequential_range`` /
+    ``static_range``): iterates like ``range`` and, while it runs, tells the instruction cap which
+    loop of the kernel is unrolling."""
+
+    __slots__ = ("api", "range", "where")
+
+    def __init__(self, r: range, api: str, where: str):
+        self.range = r
+        self.api = api
+        self.where = where
+
+    def __iter__(self):
+        tr = active()
+        if tr is None:
+            yield from self.range
+            return
+        tr.unrolling.append(self)
+        try:
+            yield from self.range
+        finally:
+            try:
+                tr.unrolling.remove(self)
+            except ValueError:
+                pass
+
+    def __len__(self) -> int:
+        return len(self.range)
+
+    def __getitem__(self, i):
+        return self.range[i]
+
+    def __reversed__(self):
+        return reversed(self.range)
+
+    def __contains__(self, x) -> bool:
+        return x in self.range
+
+    @property
+    def start(self) -> int:
+        return self.range.start
+
+    @property
+    def stop(self) -> int:
+        return self.range.stop
+
+    @property
+    def step(self) -> int:
+        return self.range.step
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"nl.{self.api}({r.start}, {r.stop}, {r.step})"
+
+
+def caller_location() -> str:
+    """file:line of the first frame outside the nki package (the kernel code calling an API)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
+        f = f.f_back
+    return f"{_short_path(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "<unknown>"
+
+
+def _too_many_instructions(tr: Trace) -> None:
+    if tr.unrolling:
+        loops = " inside ".join(f"{u!r} at {u.where} ({len(u)} iterations)" for u in reversed(tr.unrolling))
+        what = f"while unrolling {loops}"
+    else:
+        what = f"at {caller_location()}"
+    raise TraceError(
+        f"kernel {tr.kernel_name}: tracing emitted more than {tr.max_instructions} instructions {what}. "
+        "Trace-time loops (nl.affine_range, nl.sequential_range, nl.static_range, Python loops) are unrolled "
+        f"into one instruction per iteration; use nl.fori_loop for a loop that runs on the device, or raise "
+        f"{MAX_INSTRUCTIONS_ENV} (now {tr.max_instructions})"
+    )
 
 
 _TARGET_KEYS = (
@@ -229,16 +267,86 @@ def api(name: str):
         tr.api = outer
 
 
-def emit(op: str, engine: str, aps, ints=(), floats=(), api_name: str | None = None) -> None:
+@contextlib.contextmanager
+def suppressed():
+    """Inside the block, instructions are not emitted (tensors are still allocated): an old-style
+    call masked off by a compile-time False mask, or the allocation pass of a masked call."""
     tr = current()
+    prev = getattr(tr, "suppress", False)
+    tr.suppress = True
+    try:
+        yield
+    finally:
+        tr.suppress = prev
+
+
+def emit(
+    op: str, engine: str, operands: dict | None = None, attrs: dict | None = None, api_name: str | None = None
+) -> None:
+    """Appends instruction `op` (its isa.def name) run by `engine` with operands and attributes
+    given by name; every attribute the entry declares must be given (loop jump targets are
+    filled in by the core)."""
+    tr = current()
+    if getattr(tr, "suppress", False):
+        return
+    operands = operands or {}
+    blocked = [a for a in operands.values() if a is not None and getattr(a, "_nblock", 0)]
+    if blocked:
+        _emit_per_block(op, engine, operands, attrs, api_name, blocked)
+        return
+    tr.emitted += 1
+    if tr.emitted > tr.max_instructions:
+        _too_many_instructions(tr)
+    t = isa()
+    info = t.ops[op]
+    aps = [None] * info.noperands
+    for name, v in operands.items():
+        k = info.operands.get(name)
+        if k is None:
+            raise TypeError(f"{info.api} has no operand {name!r} (operands: {sorted(info.operands)})")
+        aps[k] = None if v is None else v._ap()
+    ints = [0] * info.nints
+    floats = [0.0] * info.nfloats
+    attrs = attrs or {}
+    for name, (kind, slot, count) in info.attrs.items():
+        if name not in attrs:
+            if kind == "jump":
+                continue
+            raise TypeError(f"{info.api}: attribute {name!r} not given")
+        v = attrs[name]
+        if kind == "float":
+            floats[slot] = float(v)
+        elif count > 1:
+            vals = [int(x) for x in v]
+            if len(vals) != count:
+                raise ValueError(f"{info.api}: attribute {name!r} takes {count} values, got {len(vals)}")
+            ints[slot : slot + count] = vals
+        else:
+            ints[slot] = int(bool(v)) if kind == "bool" else int(v)
+    for name in attrs:
+        if name not in info.attrs:
+            raise TypeError(f"{info.api} has no attribute {name!r} (attributes: {sorted(info.attrs)})")
     name = api_name or tr.api
     api_idx = tr.program.intern(name) if name else -1
-    tr.program.add(
-        OP[op],
-        ENGINE[engine],
-        [None if a is None else a._ap() for a in aps],
-        [int(x) for x in ints],
-        [float(x) for x in floats],
-        tr.loc(),
-        api_idx,
-    )
+    engine_code = t.engine.get(engine)
+    if engine_code is None:
+        raise ValueError(f"{info.api}: unknown engine {engine!r}")
+    tr.program.add(info.code, engine_code, aps, ints, floats, tr.loc(), api_idx)
+
+
+def _emit_per_block(op, engine, operands: dict, attrs, api_name, blocked) -> None:
+    """An instruction on tensors with nl.par_dim block dimensions runs once per block (each
+    block is a separate tile); operands without blocks are reused by every block."""
+    import itertools
+
+    shape = blocked[0].shape[: blocked[0]._nblock]
+    for a in blocked:
+        if a.shape[: a._nblock] != shape:
+            raise ValueError(
+                f"operands with different block dimensions (nl.par_dim): {shape} and {a.shape[: a._nblock]}"
+            )
+    for idx in itertools.product(*[range(n) for n in shape]):
+        per_block = {
+            name: a[idx] if a is not None and getattr(a, "_nblock", 0) else a for name, a in operands.items()
+        }
+        emit(op, engine, per_block, attrs, api_name)

@@ -6,13 +6,15 @@ csrc/nki/program.cpp); a violation raises NkiValidationError at the kernel line.
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 
 from . import _dtypes as _dt
 from . import _tracer
 from . import language as nl
 from ._errors import NkiValidationError
 from ._tensor import IndexExpr, Mask, NkiTensor, VirtualRegister
-from ._tracer import ACT, ALU, emit
+from ._tracer import emit
 
 
 class engine(enum.Enum):
@@ -119,11 +121,12 @@ def _alu(op, what="op") -> int:
     if name is None:
         name = getattr(op, "__name__", op if isinstance(op, str) else None)
         name = _NP_NAMES.get(name, name)
-    if name not in ALU:
+    code = _tracer.alu_code(name) if isinstance(name, str) else None
+    if code is None:
         raise ValueError(
             f"{what}={op!r} is not an ALU operator (nl.add, nl.subtract, nl.multiply, nl.maximum, ...)"
         )
-    return ALU[name]
+    return code
 
 
 def _act(op) -> int:
@@ -133,9 +136,10 @@ def _act(op) -> int:
         name = _NP_NAMES.get(name, name)
         if name == "identity":
             name = "copy"
-    if name not in ACT:
+    code = _tracer.act_code(name) if isinstance(name, str) else None
+    if code is None:
         raise ValueError(f"op={op!r} is not an activation function (nl.exp, nl.tanh, nl.gelu, nl.copy, ...)")
-    return ACT[name]
+    return code
 
 
 def _engine(e, default: str) -> str:
@@ -183,6 +187,75 @@ def _psum_accumulate(dst: NkiTensor) -> bool:
     return hit
 
 
+def _old_style(*old_params, tensors=()):
+    """Accepts the older calling convention of an instruction as well: no ``dst``, positional
+    operands in the old order (``tensor_copy(x)``, ``tensor_tensor(a, b, op)``,
+    ``activation(nl.exp, x)``), a new tile returned; and the old ``mask=`` (a compile-time bool,
+    or an index-grid predicate restricting the operands that have the output's shape).
+    `tensors` names the operand parameters that must be tensors in the new convention."""
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        def is_old(args, kwargs) -> bool:
+            if not args or "dst" in kwargs:
+                return False
+            if not isinstance(args[0], NkiTensor):
+                return True
+            try:
+                bound = sig.bind_partial(*args, **kwargs).arguments
+            except TypeError:
+                return True
+            return any(not isinstance(bound.get(t), NkiTensor) for t in tensors)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            mask = kwargs.pop("mask", None)
+            if is_old(args, kwargs):
+                if len(args) > len(old_params):
+                    raise TypeError(f"nki.isa.{fn.__name__}: too many positional arguments for the old-style call")
+                for name, v in zip(old_params, args):
+                    if name in kwargs:
+                        raise TypeError(f"nki.isa.{fn.__name__}: got multiple values for '{name}'")
+                    kwargs[name] = v
+                args = ()
+            if mask is None:
+                return fn(*args, **kwargs)
+            kw = sig.bind_partial(*args, **kwargs).arguments
+            return _masked(fn, dict(kw), mask, tensors)
+
+        wrapper._nki_old_params = old_params  # type: ignore[attr-defined]
+        return wrapper
+
+    return deco
+
+
+def _masked(fn, kw: dict, mask, tensors):
+    if isinstance(mask, bool):
+        if mask:
+            return fn(**kw)
+        with _tracer.suppressed():  # masked off at compile time: the tile is allocated, not written
+            return fn(**kw)
+    if not isinstance(mask, Mask):
+        raise TypeError(f"nki.isa.{fn.__name__}: mask must be a bool or an index-grid predicate, got {mask!r}")
+    ret = None
+    if kw.get("dst") is None:
+        with _tracer.suppressed():  # allocation only: learn the output tile
+            ret = fn(**kw)
+        kw["dst"] = ret
+    dst = kw["dst"]
+    names = ["dst"] + [t for t in tensors if isinstance(kw.get(t), NkiTensor) and kw[t].shape == dst.shape]
+    r = nl._apply_mask(mask, *[kw[n] for n in names])
+    if r is None:
+        return ret if ret is not None else NkiInstruction(_tracer.current().program.size() - 1)
+    kw.update(zip(names, r))
+    res = fn(**kw)
+    if ret is not None:
+        ret._mask = mask
+        return ret
+    return res
+
+
 # ---------------------------------------------------------------------------------------------
 # Data movement
 
@@ -202,10 +275,16 @@ def dma_copy(
     if src is None:
         raise TypeError("dma_copy: src is required")
     dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
-    emit("DmaCopy", "dma", [dst, src], [int(oob_mode), int(dge_mode), 0])
+    emit(
+        "DmaCopy",
+        "dma",
+        {"dst": dst, "src": src},
+        {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": False},
+    )
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def dma_transpose(
     dst: NkiTensor = None,
     src: NkiTensor = None,
@@ -227,16 +306,22 @@ def dma_transpose(
             raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
     view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
     dst, alloc = _dst(dst, view.shape, src.dtype)
-    emit("DmaCopy", "dma", [dst, view], [int(oob_mode), int(dge_mode), 1])
+    emit(
+        "DmaCopy",
+        "dma",
+        {"dst": dst, "src": view},
+        {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": True},
+    )
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def tensor_copy(
     dst: NkiTensor = None, src: NkiTensor = None, engine=engine.unknown, name=None, dtype=None, **kwargs
 ):
     """Copies an on-chip tile (bit-exact when dtypes match, else through fp32)."""
     dst, alloc = _dst(dst, src.shape, dtype or src.dtype)
-    emit("TensorCopy", _engine(engine, "vector"), [dst, src])
+    emit("TensorCopy", _engine(engine, "vector"), {"dst": dst, "src": src})
     return _result(dst, alloc)
 
 
@@ -251,14 +336,19 @@ def memset(
         alloc = True
     else:
         alloc = False
-    emit("Memset", _engine(engine, "vector"), [dst], [], [float(value)])
+    emit("Memset", _engine(engine, "vector"), {"dst": dst}, {"value": float(value)})
     return _result(dst, alloc)
 
 
 def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pred=False, name=None):
     """dst = predicate ? src : dst, elementwise (src may be a scalar)."""
     s, imm = (src, 0.0) if isinstance(src, NkiTensor) else (None, float(src))
-    emit("CopyPredicated", "vector", [dst, s, predicate], [int(bool(reverse_pred))], [imm])
+    emit(
+        "CopyPredicated",
+        "vector",
+        {"dst": dst, "src": s, "predicate": predicate},
+        {"reverse_pred": reverse_pred, "src_imm": imm},
+    )
     return NkiInstruction(_tracer.current().program.size() - 1)
 
 
@@ -266,6 +356,7 @@ def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pr
 # Tensor Engine
 
 
+@_old_style("stationary", "moving", tensors=("stationary", "moving"))
 def nc_matmul(
     dst: NkiTensor = None,
     stationary: NkiTensor = None,
@@ -282,8 +373,6 @@ def nc_matmul(
 ):
     """dst (PSUM, fp32) = stationary.T @ moving, contracting over the partition dimension.
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
-    if isinstance(dst, NkiTensor) and stationary is not None and moving is None and dst.buffer != nl.psum:
-        dst, stationary, moving = None, dst, stationary  # old style nc_matmul(stationary, moving)
     if stationary is None or moving is None:
         raise TypeError("nc_matmul: stationary and moving are required")
     double = int(perf_mode) == matmul_perf_mode.double_row
@@ -299,15 +388,19 @@ def nc_matmul(
     else:
         acc = bool(accumulate)
         _psum_accumulate(dst_v) if dst.buffer == nl.psum else None
-    emit("Matmul", "tensor", [dst_v, stationary, moving], [int(acc), int(bool(is_transpose)), int(double)])
+    emit(
+        "Matmul",
+        "tensor",
+        {"dst": dst_v, "stationary": stationary, "moving": moving},
+        {"accumulate": acc, "is_transpose": is_transpose, "perf_mode": int(double)},
+    )
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.unknown, name=None, **kwargs):
     """Swaps the partition and free dimensions: Tensor Engine (up to 128x128, SBUF -> PSUM) or
     Vector Engine (up to 32x32)."""
-    if data is None and isinstance(dst, NkiTensor):
-        dst, data = None, dst
     f = data.size // data.shape[0]
     d2 = data if data.ndim == 2 else data.reshape((data.shape[0], f))
     if engine in (None, globals()["engine"].unknown):
@@ -319,7 +412,7 @@ def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.un
     dst, alloc = _dst(
         dst, (f, data.shape[0]), kwargs.get("dtype") or out_dt, nl.psum if eng == "tensor" else nl.sbuf
     )
-    emit("Transpose", eng, [dst, d2])
+    emit("Transpose", eng, {"dst": dst, "data": d2})
     return _result(dst, alloc)
 
 
@@ -327,6 +420,7 @@ def nc_transpose(dst: NkiTensor = None, data: NkiTensor = None, engine=engine.un
 # Vector / Scalar / GpSimd Engine
 
 
+@_old_style("data1", "data2", "op", tensors=("data1", "data2"))
 def tensor_tensor(
     dst: NkiTensor = None,
     data1: NkiTensor = None,
@@ -343,15 +437,16 @@ def tensor_tensor(
     dst, alloc = _dst(dst, data1.shape, out_dt)
     default = "vector"
     if (
-        code == ALU["power"]
+        code == _tracer.alu_code("power")
         or all(_dt.to_dtype(t.dtype) in (nl.int32, nl.uint32) for t in (dst, data1, data2))
         and not any(t.buffer == nl.psum for t in (dst, data1, data2))
     ):
         default = "gpsimd"
-    emit("TensorTensor", _engine(engine, default), [dst, data1, data2], [code])
+    emit("TensorTensor", _engine(engine, default), {"dst": dst, "data1": data1, "data2": data2}, {"op": code})
     return _result(dst, alloc)
 
 
+@_old_style("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", tensors=("data",))
 def tensor_scalar(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -374,13 +469,20 @@ def tensor_scalar(
     emit(
         "TensorScalar",
         _engine(engine, "vector"),
-        [dst, data, v0, v1],
-        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
-        [i0, i1],
+        {"dst": dst, "data": data, "operand0": v0, "operand1": v1},
+        {
+            "op0": _alu(op0, "op0"),
+            "op1": _alu(op1, "op1"),
+            "reverse0": reverse0,
+            "reverse1": reverse1,
+            "imm0": i0,
+            "imm1": i1,
+        },
     )
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("data", "operand1"))
 def scalar_tensor_tensor(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -400,9 +502,14 @@ def scalar_tensor_tensor(
     emit(
         "ScalarTensorTensor",
         "vector",
-        [dst, data, v0, operand1],
-        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
-        [i0],
+        {"dst": dst, "data": data, "operand0": v0, "operand1": operand1},
+        {
+            "op0": _alu(op0, "op0"),
+            "op1": _alu(op1, "op1"),
+            "reverse0": reverse0,
+            "reverse1": reverse1,
+            "imm0": i0,
+        },
     )
     return _result(dst, alloc)
 
@@ -416,6 +523,7 @@ def _axis_mask(axis, ndim) -> int:
     return m
 
 
+@_old_style("op", "data", "axis", tensors=("data",))
 def tensor_reduce(
     dst: NkiTensor = None,
     op=None,
@@ -438,19 +546,26 @@ def tensor_reduce(
         dst, alloc = _dst(None, kept, dtype or data.dtype)
     else:
         alloc = False
-    emit("TensorReduce", "vector", [dst, data], [_alu(op), mask, int(bool(negate))])
+    emit(
+        "TensorReduce",
+        "vector",
+        {"dst": dst, "data": data},
+        {"op": _alu(op), "axis_mask": mask, "negate": negate},
+    )
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def tensor_partition_reduce(
     dst: NkiTensor = None, op=None, data: NkiTensor = None, name=None, dtype=None, **kwargs
 ):
     """Reduces across partitions (GpSimd Engine): dst[0, :] = op over p of data[p, :]."""
     dst, alloc = _dst(dst, (1,) + tuple(data.shape[1:]), dtype or data.dtype)
-    emit("PartitionReduce", "gpsimd", [dst, data], [_alu(op)])
+    emit("PartitionReduce", "gpsimd", {"dst": dst, "data": data}, {"op": _alu(op)})
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def activation(
     dst: NkiTensor = None,
     op=None,
@@ -479,7 +594,7 @@ def activation(
     rop = (
         _alu(reduce_op, "reduce_op")
         if reduce_op is not None
-        else (ALU["add"] if reduce_res is not None else -1)
+        else (_tracer.alu_code("add") if reduce_res is not None else -1)
     )
     rres = (
         reduce_res
@@ -489,13 +604,13 @@ def activation(
     emit(
         "Activation",
         _engine(engine, "scalar"),
-        [dst, data, bvec, svec, rres],
-        [_act(op), rop, rcmd],
-        [simm, bimm],
+        {"dst": dst, "data": data, "bias": bvec, "scale": svec, "reduce_res": rres},
+        {"op": _act(op), "reduce_op": rop, "reduce_cmd": rcmd, "scale_imm": simm, "bias_imm": bimm},
     )
     return _result(dst, alloc)
 
 
+@_old_style("op", "data", tensors=("data",))
 def activation_reduce(
     dst: NkiTensor = None,
     op=None,
@@ -521,16 +636,18 @@ def activation_reduce(
     )
 
 
+@_old_style("data", tensors=("data",))
 def reciprocal(
     dst: NkiTensor = None, data: NkiTensor = None, name=None, engine=engine.unknown, dtype=None, **kwargs
 ):
     """dst = 1 / data (Vector Engine for small tiles, Scalar Engine for large ones)."""
     dst, alloc = _dst(dst, data.shape, dtype or data.dtype)
     f = data.size // data.shape[0]
-    emit("Reciprocal", _engine(engine, "vector" if f < 64 else "scalar"), [dst, data])
+    emit("Reciprocal", _engine(engine, "vector" if f < 64 else "scalar"), {"dst": dst, "data": data})
     return _result(dst, alloc)
 
 
+@_old_style("data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1", tensors=("data0", "data1"))
 def tensor_tensor_scan(
     dst: NkiTensor = None,
     data0: NkiTensor = None,
@@ -550,13 +667,19 @@ def tensor_tensor_scan(
     emit(
         "TensorTensorScan",
         "vector",
-        [dst, data0, data1, ivec],
-        [_alu(op0, "op0"), _alu(op1, "op1"), int(bool(reverse0)), int(bool(reverse1))],
-        [iimm],
+        {"dst": dst, "data0": data0, "data1": data1, "initial": ivec},
+        {
+            "op0": _alu(op0, "op0"),
+            "op1": _alu(op1, "op1"),
+            "reverse0": reverse0,
+            "reverse1": reverse1,
+            "initial_imm": iimm,
+        },
     )
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("data",))
 def tensor_scalar_reduce(
     dst: NkiTensor = None,
     data: NkiTensor = None,
@@ -585,22 +708,25 @@ def tensor_scalar_reduce(
     emit(
         "TensorScalarReduce",
         "vector",
-        [dst, data, v0, rres],
-        [_alu(op0, "op0"), _alu(reduce_op, "reduce_op"), int(bool(reverse0)), int(bool(reduce_res_negate))],
-        [i0],
+        {"dst": dst, "data": data, "operand0": v0, "reduce_res": rres},
+        {
+            "op0": _alu(op0, "op0"),
+            "reduce_op": _alu(reduce_op, "reduce_op"),
+            "reverse0": reverse0,
+            "negate": reduce_res_negate,
+            "imm0": i0,
+        },
     )
     return _result(dst, alloc)
 
 
-def _pattern_ints(pattern) -> list:
+def _pattern_attrs(pattern) -> dict:
+    """The pattern attributes of iota / affine_select: up to 4 [step, num] pairs."""
     pattern = [tuple(int(v) for v in p) for p in pattern]
     if not 1 <= len(pattern) <= 4 or any(len(p) != 2 for p in pattern):
         raise ValueError(f"pattern must be 1 to 4 [step, num] pairs, got {pattern!r}")
-    ints = [len(pattern)]
-    for step, num in pattern:
-        ints += [step, num]
-    ints += [0, 0] * (4 - len(pattern))
-    return ints
+    flat = [v for p in pattern for v in p] + [0, 0] * (4 - len(pattern))
+    return {"pattern_dims": len(pattern), "pattern": flat}
 
 
 def _expr_pattern(expr: IndexExpr, ndim: int):
@@ -631,8 +757,9 @@ def iota(
         alloc = True
     else:
         alloc = False
-    ints = _pattern_ints(pattern) + [int(offset), int(channel_multiplier)]
-    emit("Iota", "gpsimd", [dst], ints)
+    attrs = _pattern_attrs(pattern)
+    attrs.update(offset=int(offset), channel_multiplier=int(channel_multiplier))
+    emit("Iota", "gpsimd", {"dst": dst}, attrs)
     return _result(dst, alloc)
 
 
@@ -667,11 +794,18 @@ def affine_select(
         raise TypeError("affine_select: on_true_tile is required")
     dst, alloc = _dst(dst, on_true_tile.shape, dtype or on_true_tile.dtype)
     cmp = _alu(cmp_op if cmp_op is not None else nl.equal, "cmp_op")
-    ints = _pattern_ints(pattern) + [int(offset), int(channel_multiplier), cmp]
-    emit("AffineSelect", "gpsimd", [dst, on_true_tile], ints, [float(on_false_value)])
+    attrs = _pattern_attrs(pattern)
+    attrs.update(
+        offset=int(offset),
+        channel_multiplier=int(channel_multiplier),
+        cmp_op=cmp,
+        on_false_value=float(on_false_value),
+    )
+    emit("AffineSelect", "gpsimd", {"dst": dst, "on_true_tile": on_true_tile}, attrs)
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("predicate", "on_true"))
 def select_reduce(
     dst: NkiTensor = None,
     predicate: NkiTensor = None,
@@ -690,17 +824,18 @@ def select_reduce(
     emit(
         "SelectReduce",
         "vector",
-        [dst, predicate, on_true, fvec, reduce_res],
-        [
-            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
-            int(reduce_cmd),
-            int(bool(reverse_pred)),
-        ],
-        [fimm],
+        {"dst": dst, "predicate": predicate, "on_true": on_true, "on_false": fvec, "reduce_res": reduce_res},
+        {
+            "reduce_op": _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            "reduce_cmd": int(reduce_cmd),
+            "reverse_pred": reverse_pred,
+            "on_false_imm": fimm,
+        },
     )
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("src",))
 def tensor_scalar_cumulative(
     dst: NkiTensor = None,
     src: NkiTensor = None,
@@ -722,13 +857,20 @@ def tensor_scalar_cumulative(
     emit(
         "TensorScalarCumulative",
         "vector",
-        [dst, src, v0, v1],
-        [_alu(op0, "op0"), _alu(op1, "op1"), int(reduce_cmd), int(bool(reverse0))],
-        [i0, i1],
+        {"dst": dst, "src": src, "imm0_vector": v0, "imm1_vector": v1},
+        {
+            "op0": _alu(op0, "op0"),
+            "op1": _alu(op1, "op1"),
+            "reduce_cmd": int(reduce_cmd),
+            "reverse0": reverse0,
+            "imm0": i0,
+            "imm1": i1,
+        },
     )
     return _result(dst, alloc)
 
 
+@_old_style(tensors=("on_true_tile",))
 def range_select(
     dst: NkiTensor = None,
     on_true_tile: NkiTensor = None,
@@ -758,36 +900,40 @@ def range_select(
     emit(
         "RangeSelect",
         "vector",
-        [dst, on_true_tile, b0, b1, rres],
-        [
-            _alu(comp_op0, "comp_op0"),
-            _alu(comp_op1, "comp_op1"),
-            _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
-            int(reduce_cmd),
-        ],
-        [float(range_start), float(on_false_value)],
+        {"dst": dst, "on_true_tile": on_true_tile, "bound0": b0, "bound1": b1, "reduce_res": rres},
+        {
+            "comp_op0": _alu(comp_op0, "comp_op0"),
+            "comp_op1": _alu(comp_op1, "comp_op1"),
+            "reduce_op": _alu(reduce_op if reduce_op is not None else nl.maximum, "reduce_op"),
+            "reduce_cmd": int(reduce_cmd),
+            "range_start": float(range_start),
+            "on_false_value": float(on_false_value),
+        },
     )
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def bn_stats(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
     """Per partition (count, mean, var*count) of the even and of the odd elements (6 values)."""
     dst, alloc = _dst(dst, (data.shape[0], 6), dtype or nl.float32)
-    emit("BnStats", "vector", [dst, data])
+    emit("BnStats", "vector", {"dst": dst, "data": data})
     return _result(dst, alloc)
 
 
+@_old_style("data", tensors=("data",))
 def bn_aggr(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None, **kwargs):
     """Aggregates bn_stats outputs into (mean, variance) per partition."""
     dst, alloc = _dst(dst, (data.shape[0], 2), dtype or nl.float32)
-    emit("BnAggr", "vector", [dst, data])
+    emit("BnAggr", "vector", {"dst": dst, "data": data})
     return _result(dst, alloc)
 
 
+@_old_style("src", tensors=("src",))
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
-    emit("Max8", "vector", [dst, src])
+    emit("Max8", "vector", {"dst": dst, "data": src})
     return _result(dst, alloc)
 
 
@@ -799,20 +945,38 @@ def register_alloc(x: int | None = None) -> VirtualRegister:
     tr = _tracer.current()
     r = VirtualRegister(tr.program.add_register())
     if x is not None:
-        emit("RegMove", "sync", [], [r.id, -1, int(x)])
+        emit("RegMove", "sync", {}, {"dst": r.id, "src": -1, "imm": int(x)})
     return r
 
 
 def register_move(dst: VirtualRegister, src) -> None:
     if isinstance(src, VirtualRegister):
-        emit("RegMove", "sync", [], [dst.id, src.id, 0])
+        emit("RegMove", "sync", {}, {"dst": dst.id, "src": src.id, "imm": 0})
     else:
-        emit("RegMove", "sync", [], [dst.id, -1, int(src)])
+        emit("RegMove", "sync", {}, {"dst": dst.id, "src": -1, "imm": int(src)})
 
 
 def register_load(dst: VirtualRegister, src: NkiTensor) -> None:
-    emit("RegLoad", "sync", [src], [dst.id])
+    emit("RegLoad", "sync", {"src": src}, {"reg": dst.id})
 
 
 def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
-    emit("RegStore", "sync", [dst], [src.id])
+    emit("RegStore", "sync", {"dst": dst}, {"reg": src.id})
+
+
+# ---------------------------------------------------------------------------------------------
+# nki.isa.constants: the enums, as the real library imports them
+# (``from nki.isa.constants import oob_mode, dge_mode``).
+
+def _constants_module():
+    import sys
+    import types
+
+    m = types.ModuleType("nki.isa.constants", "Enums of nki.isa instructions.")
+    for n in ("engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "dma_engine"):
+        setattr(m, n, globals()[n])
+    sys.modules[m.__name__] = m
+    return m
+
+
+constants = _constants_module()

@@ -41,6 +41,7 @@ from ._tensor import (  # noqa: F401
     mgrid,
     new_tensor,
 )
+from ._tensor import ParDim
 from ._tensor import arange as _arange
 
 fp32 = float32
@@ -53,10 +54,105 @@ shared_hbm = MemoryRegion.shared_hbm
 
 
 class NKIObject:
-    """Base class of user classes whose instances may be passed to and used in kernels."""
+    """Base class of user classes whose instances may be passed to and used in kernels
+    (configuration objects). Fields are the class's annotated and plain class attributes; the
+    default constructor takes them as keywords (or the annotated ones positionally, in order),
+    and an omitted field keeps its class default. ``@dataclass`` subclasses keep their own
+    constructor. Instances passed to a kernel specialize it by their field values."""
 
     def __init__(self, *args, **kwargs):
-        pass
+        fields = type(self)._nki_fields()
+        annotated = [f for f, ann in fields.items() if ann]
+        if len(args) > len(annotated):
+            raise TypeError(
+                f"{type(self).__name__}() takes at most {len(annotated)} positional arguments "
+                f"({', '.join(annotated)}), got {len(args)}"
+            )
+        for name, v in zip(annotated, args):
+            if name in kwargs:
+                raise TypeError(f"{type(self).__name__}() got multiple values for '{name}'")
+            kwargs[name] = v
+        for name, v in kwargs.items():
+            if name not in fields:
+                raise TypeError(
+                    f"{type(self).__name__}() got an unexpected keyword argument '{name}' "
+                    f"(fields: {', '.join(fields) or 'none'})"
+                )
+            setattr(self, name, v)
+
+    @classmethod
+    def _nki_fields(cls) -> dict:
+        """{name: annotated?} over the class hierarchy (base classes first)."""
+        out: dict = {}
+        for klass in reversed(cls.__mro__[:-1]):
+            if klass is NKIObject:
+                continue
+            for name in klass.__dict__.get("__annotations__", {}):
+                if not name.startswith("_"):
+                    out[name] = True
+            for name, v in klass.__dict__.items():
+                if name.startswith("_") or name in out:
+                    continue
+                if callable(v) or isinstance(v, (staticmethod, classmethod, property)):
+                    continue
+                out[name] = False
+        return out
+
+    def _nki_state(self) -> dict:
+        """The values that identify this object (the kernel specialization key)."""
+        state = {name: getattr(self, name) for name in type(self)._nki_fields() if hasattr(self, name)}
+        state.update({k: v for k, v in vars(self).items() if not k.startswith("_")} if hasattr(self, "__dict__") else {})
+        return state
+
+
+def par_dim(size: int) -> ParDim:
+    """Marks the partition dimension in the shape of an on-chip tensor (the old block-dimension
+    API): ``nl.ndarray((4, nl.par_dim(128), 512), dtype, buffer=nl.sbuf)`` is four [128, 512]
+    tiles, indexed ``t[i]``, not one 512-partition tensor."""
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"nl.par_dim: size must be a positive int, got {size!r}")
+    return ParDim(size)
+
+
+class _NeuronCores(int):
+    """``nl.nc(n)``: a launch-grid dimension that spreads its instances over n NeuronCores."""
+
+    def __repr__(self) -> str:
+        return f"nl.nc({int(self)})"
+
+
+def nc(n: int) -> _NeuronCores:
+    """The physical NeuronCores of a logical core, as a launch-grid factor (old SPMD API)."""
+    return _NeuronCores(int(n))
+
+
+def spmd_dim(*sizes) -> int:
+    """One launch-grid dimension made of several factors (old SPMD API):
+    ``kernel[nl.spmd_dim(n, nl.nc(2)), m]`` launches 2*n instances along dim 0; instance i runs
+    on NeuronCore i % 2 (as the real compiler distributes them)."""
+    out = 1
+    for s in sizes:
+        out *= int(s)
+    return out
+
+
+def static_cast(x, dtype):
+    """Converts a host array (numpy or torch) to an NKI dtype, rounding to nearest even (for
+    preparing kernel inputs, e.g. bf16 from fp32); inside a kernel, a tile copy to `dtype`."""
+    if _is_t(x):
+        return copy(x, dtype=dtype)
+    d = _dt.to_dtype(dtype)
+    torch = __import__("sys").modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.to(_dt.torch_dtype(d))
+    import numpy as np
+
+    return np.asarray(x).astype(_dt.numpy_dtype(d))
+
+
+tensor = NkiTensor  # type annotations: ``x: nl.tensor``
+Tensor = NkiTensor
+dtype = DType
 
 
 def is_hbm(buffer) -> bool:
@@ -208,19 +304,28 @@ def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) ->
 # Iterators and runtime loops
 
 
-def affine_range(start, stop=None, step=1):
-    """Loop iterations without loop-carried dependence; unrolled at trace time."""
-    return builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+def _unrolled(api: str, start, stop, step):
+    r = builtins.range(start, stop, step) if stop is not None else builtins.range(start)
+    if _tracer.active() is None:
+        return r
+    return _tracer.UnrolledRange(r, api, _tracer.caller_location())
 
 
-def sequential_range(start, stop=None, step=1):
-    """Loop with loop-carried dependence; unrolled at trace time."""
-    return affine_range(start, stop, step)
+def affine_range(start, stop=None, step=1, precise_schedule=None, directives=None, **hints):
+    """Loop iterations without loop-carried dependence; unrolled at trace time. Scheduling
+    hints of the real compiler (``precise_schedule=``, ``directives=``) do not change results
+    and are accepted."""
+    return _unrolled("affine_range", start, stop, step)
 
 
-def static_range(start, stop=None, step=1):
+def sequential_range(start, stop=None, step=1, precise_schedule=None, directives=None, **hints):
+    """Loop with loop-carried dependence; unrolled at trace time (scheduling hints accepted)."""
+    return _unrolled("sequential_range", start, stop, step)
+
+
+def static_range(start, stop=None, step=1, **hints):
     """Fully unrolled loop."""
-    return affine_range(start, stop, step)
+    return _unrolled("static_range", start, stop, step)
 
 
 def _reg_operand(x):
@@ -240,13 +345,18 @@ def fori_loop(lower, upper, body_fun, step=1) -> None:
     r = tr.program.add_register()
     lo_r, lo_i = _reg_operand(lower)
     hi_r, hi_i = _reg_operand(upper)
-    _tracer.emit("LoopBegin", "sync", [], [r, lo_r, lo_i, hi_r, hi_i, step, -1])
+    _tracer.emit(
+        "LoopBegin",
+        "sync",
+        {},
+        {"iterator": r, "lower_reg": lo_r, "lower": lo_i, "upper_reg": hi_r, "upper": hi_i, "step": step},
+    )
     tr.loop_depth += 1
     try:
         body_fun(VirtualRegister(r))
     finally:
         tr.loop_depth -= 1
-    _tracer.emit("LoopEnd", "sync", [], [-1])
+    _tracer.emit("LoopEnd", "sync")
 
 
 def while_loop(init, body_fun) -> None:
@@ -256,8 +366,8 @@ def while_loop(init, body_fun) -> None:
         raise TypeError("while_loop: init must be a VirtualRegister")
     tr = _tracer.current()
     cond = tr.program.add_register()
-    _tracer.emit("RegMove", "sync", [], [cond, init.id, 0])
-    _tracer.emit("WhileBegin", "sync", [], [cond, -1])
+    _tracer.emit("RegMove", "sync", {}, {"dst": cond, "src": init.id, "imm": 0})
+    _tracer.emit("WhileBegin", "sync", {}, {"condition": cond})
     tr.loop_depth += 1
     try:
         nxt = body_fun(VirtualRegister(cond))
@@ -265,7 +375,7 @@ def while_loop(init, body_fun) -> None:
         tr.loop_depth -= 1
     if not isinstance(nxt, VirtualRegister):
         raise TypeError("while_loop: body_fun must return the next condition register (a VirtualRegister)")
-    _tracer.emit("WhileEnd", "sync", [], [-1, nxt.id])
+    _tracer.emit("WhileEnd", "sync", {}, {"next_condition": nxt.id})
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -278,13 +388,18 @@ def dynamic_range(start, stop=None, step=1):
     r = tr.program.add_register()
     lo_r, lo_i = _reg_operand(start)
     hi_r, hi_i = _reg_operand(stop)
-    _tracer.emit("LoopBegin", "sync", [], [r, lo_r, lo_i, hi_r, hi_i, step, -1])
+    _tracer.emit(
+        "LoopBegin",
+        "sync",
+        {},
+        {"iterator": r, "lower_reg": lo_r, "lower": lo_i, "upper_reg": hi_r, "upper": hi_i, "step": step},
+    )
     tr.loop_depth += 1
     try:
         yield VirtualRegister(r)
     finally:
         tr.loop_depth -= 1
-    _tracer.emit("LoopEnd", "sync", [], [-1])
+    _tracer.emit("LoopEnd", "sync")
 
 
 def ds(start, size) -> DynSlice:
@@ -358,7 +473,7 @@ def _apply_mask(mask, *tensors):
     None when the mask leaves nothing."""
     if mask is None:
         return tensors
-    if isinstance(mask, bool):
+    if isinstance(mask, builtins.bool):
         return tensors if mask else None
     if not isinstance(mask, Mask):
         raise TypeError(f"mask must be an index-grid predicate such as (ix < n), got {mask!r}")
@@ -461,9 +576,9 @@ def _py_binary(name, x, y):
         "bitwise_xor": operator.xor,
         "left_shift": operator.lshift,
         "right_shift": operator.rshift,
-        "logical_and": lambda a, b: bool(a) and bool(b),
-        "logical_or": lambda a, b: bool(a) or bool(b),
-        "logical_xor": lambda a, b: bool(a) != bool(b),
+        "logical_and": lambda a, b: builtins.bool(a) and builtins.bool(b),
+        "logical_or": lambda a, b: builtins.bool(a) or builtins.bool(b),
+        "logical_xor": lambda a, b: builtins.bool(a) != builtins.bool(b),
         "abs_max": lambda a, b: builtins.max(builtins.abs(a), builtins.abs(b)),
         "abs_min": lambda a, b: builtins.min(builtins.abs(a), builtins.abs(b)),
     }[name]
@@ -589,6 +704,19 @@ def _reduce(name: str, alu: str, x: NkiTensor, axis, dtype=None, keepdims=False,
         if alu in ("logical_and",):
             res_dt = bool_
         dst = ndarray(_tile_shape(out_shape), res_dt, sbuf)
+        trailing = tuple(builtins.range(x.ndim - len(axes), x.ndim))
+        if axes and 0 not in axes and axes != trailing:
+            # The Vector Engine reduces the innermost free axes: view the data (and a keepdims
+            # result) with the reduced axes moved last; views are free access patterns.
+            kept = [d for d in builtins.range(1, x.ndim) if d not in axes]
+            perm = [0] + kept + list(axes)
+            dv = dst.reshape(out_shape) if dst.shape != out_shape else dst
+            if keepdims:
+                dv = dv.permute(perm)
+            nisa.tensor_reduce(
+                dst=dv, op=getattr(nisa_ops, alu), data=x.permute(perm), axis=trailing, keepdims=keepdims
+            )
+            return dst
         nisa.tensor_reduce(dst=dst, op=getattr(nisa_ops, alu), data=x, axis=axes, keepdims=keepdims)
         return dst
 
@@ -647,6 +775,8 @@ def store(dst: NkiTensor, value, mask=None, **kwargs) -> None:
             and not value.on_chip
         ):
             value = value.squeeze_dim(-1)
+        if mask is None and value._mask is not None and value.shape == dst.shape:
+            mask = value._mask  # a masked old-style result: store what was written
         r = _apply_mask(mask, dst, value)
         if r is None:
             return
@@ -682,6 +812,11 @@ def _assign(dst: NkiTensor, value) -> None:
         return
     if value is dst:
         return
+    if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
+        r = _apply_mask(value._mask, dst, value)
+        if r is None:
+            return
+        dst, value = r
     if dst.on_chip:
         v = value if value.shape == dst.shape or value.size != dst.size else value.reshape(dst.shape)
         if v.on_chip:
@@ -1035,7 +1170,10 @@ class _Ops:
     """Operator objects passed as `op=` to nki.isa (the nl functions themselves)."""
 
     def __getattr__(self, name):
-        return globals()[name]
+        try:
+            return globals()[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 nisa_ops = _Ops()
@@ -1055,5 +1193,6 @@ nisa_engine = _IsaAttr("engine")
 nisa_reduce_cmd = _IsaAttr("reduce_cmd")
 
 range = builtins.range
+bool = bool_  # noqa: A001  (nl.bool is the NKI boolean dtype; code in this module uses builtins.bool)
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("builtins", "contextlib", "annotations")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("builtins", "contextlib", "annotations", "bool")]

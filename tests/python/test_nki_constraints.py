@@ -437,6 +437,33 @@ def test_uninitialized_read_on_device_surfaces_at_synchronize():
         torch.neuron.synchronize()
 
 
+def test_failed_checked_run_on_device_keeps_checking():
+    # A program whose checked run failed was never validated: every later call checks again
+    # (the numpy path already did; on neuron tensors calls 2 and 3 returned zeros silently).
+    reads_garbage.cache_clear()
+    x = torch.zeros(128, 64, device="neuron")
+    for _ in range(3):
+        reads_garbage(x)
+        with pytest.raises(RuntimeError, match="uninitialized SBUF/PSUM memory"):
+            torch.neuron.synchronize()
+    assert not reads_garbage.specialize(x).checked
+
+
+def test_passed_checked_run_on_device_validates_the_program():
+    @nki.jit
+    def copies(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    x = torch.ones(128, 64, device="neuron")
+    traced = copies.specialize(x)
+    copies(x)
+    torch.neuron.synchronize()
+    assert traced.checked
+    assert torch.equal(copies(x).cpu(), torch.ones(128, 64))
+
+
 def test_uninitialized_psum_accumulation_is_reported():
     @nki.jit
     def k(x):
@@ -496,3 +523,83 @@ def test_string_buffers_are_rejected():
 
     with pytest.raises(TypeError, match="strings are not accepted"):
         k(X)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runaway kernels and bad limits
+
+
+@nki.jit
+def unrolls_forever(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    for _i in nl.affine_range(2):
+        for _j in nl.sequential_range(2000):  # UNROLL
+            nl.store(out, nl.load(x))
+    return out
+
+
+def test_trace_time_unrolling_is_capped_naming_the_loop(monkeypatch):
+    from nki._tracer import DEFAULT_MAX_INSTRUCTIONS, TraceError
+
+    assert DEFAULT_MAX_INSTRUCTIONS == 250_000
+    monkeypatch.setenv("NEURON_EMU_NKI_MAX_INSTRUCTIONS", "500")
+    unrolls_forever.cache_clear()
+    with pytest.raises(TraceError) as ei:
+        unrolls_forever(X)
+    msg = str(ei.value)
+    line = line_of(unrolls_forever.func, "# UNROLL")
+    assert "while unrolling nl.sequential_range(0, 2000, 1) at " in msg, msg
+    assert f"{THIS}:{line} (2000 iterations) inside nl.affine_range(0, 2, 1) at " in msg, msg
+    assert "more than 500 instructions" in msg and "raise NEURON_EMU_NKI_MAX_INSTRUCTIONS (now 500)" in msg
+    assert "nl.fori_loop" in msg
+
+
+def test_bad_instruction_cap_names_the_variable(monkeypatch):
+    monkeypatch.setenv("NEURON_EMU_NKI_MAX_INSTRUCTIONS", "-3")
+    unrolls_forever.cache_clear()
+    with pytest.raises(ValueError, match="NEURON_EMU_NKI_MAX_INSTRUCTIONS='-3': expected a positive integer"):
+        unrolls_forever(X)
+
+
+@nki.jit
+def spins(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+
+    def body(i):
+        nl.store(out, nl.load(x))
+
+    nl.fori_loop(0, 2**40, body)  # SPIN
+    return out
+
+
+@pytest.mark.parametrize("device", ["numpy", "neuron"])
+def test_runaway_runtime_loop_names_the_loop_and_the_variable(monkeypatch, device):
+    monkeypatch.setenv("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", "1000")
+    line = line_of(spins.func, "# SPIN")
+    pattern = rf"{THIS}:{line}: runtime loops ran more than 1000 iterations .*raise NEURON_EMU_NKI_MAX_LOOP_ITERATIONS \(now 1000\)"
+    if device == "numpy":
+        with pytest.raises(NkiValidationError, match=pattern):
+            spins(X)
+    else:
+        spins(torch.zeros(128, 64, device="neuron"))
+        with pytest.raises(RuntimeError, match=pattern):
+            torch.neuron.synchronize()
+
+
+@pytest.mark.parametrize("value", ["-5", "abc"])
+def test_bad_loop_limit_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", value)
+    with pytest.raises(
+        RuntimeError, match=f"NEURON_EMU_NKI_MAX_LOOP_ITERATIONS={value}: expected an integer"
+    ):
+        spins(X)
+    with pytest.raises(
+        RuntimeError, match=f"NEURON_EMU_NKI_MAX_LOOP_ITERATIONS={value}: expected an integer"
+    ):
+        spins(torch.zeros(128, 64, device="neuron"))  # at the call, not at a later synchronize
+
+
+def test_bad_check_mode_names_the_variable(monkeypatch):
+    monkeypatch.setenv("NEURON_EMU_NKI_CHECK", "bogus")
+    with pytest.raises(RuntimeError, match="NEURON_EMU_NKI_CHECK=bogus: expected first .*always or never"):
+        reads_garbage(X)

@@ -1,35 +1,69 @@
-// The c10d backend of the neuron device ("neuron"): collectives between the processes of one
-// host over the shared-memory transport (rt::ShmComm, the emulated NeuronLink). Every
-// collective of a group runs, in issue order, as one task on the group's own stream of the
+// The c10d backend of the neuron device ("neuron"). Ranks on one host exchange data through
+// shared memory (rt::ShmComm, the emulated NeuronLink); ranks on different hosts through Gloo
+// (TCP), hierarchically for all-reduce, all-gather and reduce-scatter (Collectives.h). Every
+// collective of a group runs, in issue order, as one task on the group's stream of the
 // tensors' device, after the work already queued on the caller's current stream (like NCCL's
-// internal stream); Work::wait() makes the caller's stream wait for it.
+// internal stream); point-to-point operations run on one stream per peer and direction, so
+// that exchanges (batch_isend_irecv) cannot deadlock; Work::wait() makes the caller's stream
+// wait for the operation.
+//
+// Before moving data, ranks compare a descriptor of the call (rt::CollectiveDesc) and fail
+// naming the ranks whose calls differ. A rank that is gone (its process exited, its host died)
+// makes the others fail within seconds naming it; the first failure makes the group unusable.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include "Collectives.h"
+#include "runtime/collective_desc.h"
 #include "runtime/shm_comm.h"
 
 namespace neuron::rt {
-class Event;
 class Stream;
 }  // namespace neuron::rt
 
 namespace neuron::torch_glue {
 
+class GlooLink;
+class Watchdog;
+
 class ProcessGroupNeuron : public c10d::Backend {
  public:
-  // `prefix`: a name unique to this group, agreed by all ranks (through the c10d store).
-  ProcessGroupNeuron(const std::string& prefix, int rank, int size, std::chrono::milliseconds timeout);
+  // Creates a Gloo process group named `tag` over the given ranks of this group (sorted; this
+  // rank among them). Supplied by the Python layer: the torch wheel ships Gloo without headers.
+  using GlooFactory = std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& tag, const std::vector<int>& ranks)>;
+
+  struct Options {
+    std::string group_name;                       // c10d's name of the group, for messages
+    std::chrono::milliseconds timeout{1800000};   // of each collective
+    std::chrono::milliseconds join_timeout{60000};  // for every rank to create the group
+    GlooFactory make_gloo;
+  };
+
+  // Joins the group through `store`: waits (up to join_timeout) for every rank, learns which
+  // ranks share this host, maps their shared memory and connects to the other hosts.
+  ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Options options);
   ~ProcessGroupNeuron() override;
 
   const std::string getBackendName() const override { return "neuron"; }
-  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = fabric_.timeout = timeout; }
+  void setSequenceNumberForGroup() override { seq_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  // Group ranks per host, in host order (host 0 holds rank 0).
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  // "shm" (one host), "shm+gloo" (hierarchical) or "gloo" (an uneven number of ranks per host).
+  std::string transport() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
@@ -66,17 +100,61 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  struct Block;  // one contiguous byte range that takes part in a collective
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
-                                         std::vector<at::Tensor> outputs, std::function<void()> body);
-  rt::Stream& group_stream(c10::DeviceIndex device);
-  void connect_once();
+  // Which ranks must agree on a collective's descriptor before it moves data across hosts:
+  // the counterparts (hierarchical algorithms) or every rank (the rest).
+  enum class Scope { Cross, All };
 
-  std::unique_ptr<rt::ShmComm> comm_;
+  void join(const c10::intrusive_ptr<c10d::Store>& store, const GlooFactory& make_gloo);
+  void wait_for_keys(c10d::Store& store, const std::string& what, const std::vector<int>& ranks);
+  rt::CollectiveDesc describe(const char* op, const std::vector<at::Tensor>& agreed, const std::string& reduce = "",
+                              int root = -1);
+  // Queues `body` on the group's stream of the tensors' device as collective `desc`.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+                                         std::vector<at::Tensor> outputs, rt::CollectiveDesc desc, Scope scope,
+                                         std::function<void(const std::string& what)> body);
+  // Queues a point-to-point transfer on the stream of (peer, direction).
+  c10::intrusive_ptr<c10d::Work> enqueue_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer,
+                                             bool sending, std::function<void()> body);
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, rt::Stream& stream,
+                                        const std::vector<at::Tensor>& tensors, std::vector<at::Tensor> outputs,
+                                        std::function<void()> task);
+  void run_collective(const rt::CollectiveDesc& desc, Scope scope, const std::function<void(const std::string&)>& body);
+  void validate(const rt::CollectiveDesc& desc, Scope scope, const std::string& what);
+  rt::Stream& group_stream(c10::DeviceIndex device);
+  rt::Stream& p2p_stream(c10::DeviceIndex device, int peer, bool sending);
+
+  // Failure state of the group (first failure wins; thread-safe).
+  void fail(const std::string& reason) noexcept;
+  void remote_failure(int origin, const std::string& reason) noexcept;
+  std::string failure() const;  // "" while healthy; also reports failures of this host's ranks
+  void check_usable() const;
+
+  bool same_host(int peer) const { return local_index_[static_cast<size_t>(peer)] >= 0; }
+  int local(int peer) const { return local_index_[static_cast<size_t>(peer)]; }
+
+  std::string group_;
   std::chrono::milliseconds timeout_;
-  std::once_flag connected_;
+  std::chrono::milliseconds join_timeout_;
+  std::atomic<uint64_t> seq_{0};  // collectives issued (c10d's sequence number)
+  std::vector<std::vector<int>> hosts_;
+  std::vector<int> local_index_;  // per group rank: its rank in shm_, or -1 (reached through Gloo)
+
+  mutable std::mutex failure_mu_;
+  std::string failure_;
+  std::atomic<bool> failed_{false};
+
+  std::unique_ptr<rt::ShmComm> shm_;
+  std::unique_ptr<Watchdog> watchdog_;  // only with several hosts
+  Fabric fabric_;
+  // Declared after the fabric (whose scratch memory Gloo may still write): destroyed first.
+  std::unique_ptr<GlooLink> all_;    // every rank (several hosts)
+  std::unique_ptr<GlooLink> cross_;  // this rank's counterparts on the other hosts (regular grids)
+
   std::mutex streams_mu_;
   std::vector<rt::Stream*> streams_;  // per device index, created on first use
+  std::map<std::tuple<c10::DeviceIndex, int, bool>, rt::Stream*> p2p_streams_;
+  std::mutex graveyard_mu_;
+  std::vector<at::Tensor> graveyard_;  // tensors of operations abandoned after a failure
 };
 
 }  // namespace neuron::torch_glue

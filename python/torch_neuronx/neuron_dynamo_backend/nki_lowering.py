@@ -269,17 +269,9 @@ class _Recording:
         self.steps.append(("launch", kname, progs, instances))
         self.steps.extend(post)
 
-        out = meta["output"]
+        from nki._jit import resolve_outputs
 
-        def get(ref):
-            return tensors[ref[1]] if ref[0] == "in" else shared[ref[1]]
-
-        if out["type"] == "none":
-            return None
-        if out["type"] == "single":
-            return get(out["ref"])
-        vals = [get(r) for r in out["refs"]]
-        return tuple(vals) if out["type"] == "tuple" else vals
+        return resolve_outputs(meta["output"], tensors, shared)
 
 
 class _Recorder(TorchDispatchMode):

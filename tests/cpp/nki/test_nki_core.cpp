@@ -3,14 +3,20 @@
 // the cost model.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "nki/cost_model.h"
 #include "nki/error.h"
 #include "nki/executor.h"
 #include "nki/launch.h"
 #include "nki/program.h"
+#include "runtime/error.h"
+#include "runtime/interrupt.h"
 
 namespace nki = neuron::nki;
 using nki::Ap;
@@ -412,4 +418,105 @@ TEST(NkiCore, GpSimdCannotReachPsum) {
   in.i[2] = 16;
   const std::string msg = error_of([&] { p.add(in); });
   EXPECT_NE(msg.find("GpSimd Engine cannot access"), std::string::npos) << msg;
+}
+
+namespace {
+
+// for i in range(trip): (nothing) -- a runtime loop with an empty body.
+std::shared_ptr<nki::Program> empty_loop(int64_t trip) {
+  auto p = std::make_shared<nki::Program>(nki::Target{});
+  const int r = p->add_register();
+  Instr lb;
+  lb.op = Op::LoopBegin;
+  lb.engine = nki::Engine::Sync;
+  lb.i = {r, -1, 0, -1, trip, 1, -1};
+  lb.loc = p->intern("spin.py:7");
+  p->add(lb);
+  Instr le;
+  le.op = Op::LoopEnd;
+  le.engine = nki::Engine::Sync;
+  le.loc = lb.loc;
+  p->add(le);
+  p->finalize();
+  return p;
+}
+
+struct EnvVar {
+  const char* name;
+  EnvVar(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvVar() { unsetenv(name); }
+};
+
+}  // namespace
+
+TEST(NkiLimits, RunawayLoopFailsNamingTheLoopAndTheVariable) {
+  EXPECT_EQ(nki::ExecOptions{}.max_loop_iterations, int64_t{1} << 24);
+  unsetenv("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS");
+  EXPECT_EQ(nki::max_loop_iterations_from_env(), int64_t{1} << 24);
+  auto p = empty_loop(int64_t{1} << 40);
+  auto core = nki::acquire_core(p->target());
+  nki::ExecOptions opt;
+  opt.max_loop_iterations = 1000;
+  try {
+    nki::execute(*p, *core, {}, opt, nullptr);
+    FAIL() << "no error";
+  } catch (const nki::NkiError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("spin.py:7"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ran more than 1000 iterations"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("raise NEURON_EMU_NKI_MAX_LOOP_ITERATIONS (now 1000)"), std::string::npos)
+        << msg;
+  }
+}
+
+TEST(NkiLimits, BadLimitAndCheckValuesNameTheVariable) {
+  for (const char* bad : {"-5", "abc", "0"}) {
+    EnvVar env("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS", bad);
+    try {
+      nki::max_loop_iterations_from_env();
+      FAIL() << bad << " accepted";
+    } catch (const neuron::rt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("NEURON_EMU_NKI_MAX_LOOP_ITERATIONS=") + bad),
+                std::string::npos);
+    }
+  }
+  {
+    EnvVar env("NEURON_EMU_NKI_CHECK", "bogus");
+    EXPECT_THROW(nki::check_policy_from_env(), neuron::rt::ConfigError);
+  }
+  for (auto [v, want] : {std::pair{"always", nki::CheckPolicy::Always}, {"never", nki::CheckPolicy::Never},
+                         {"first", nki::CheckPolicy::First}, {" Off ", nki::CheckPolicy::Never}}) {
+    EnvVar env("NEURON_EMU_NKI_CHECK", v);
+    EXPECT_EQ(nki::check_policy_from_env(), want) << v;
+  }
+}
+
+TEST(NkiLimits, InterruptStopsARunningKernel) {
+  auto p = empty_loop(int64_t{1} << 40);
+  std::exception_ptr err;
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    try {
+      auto core = nki::acquire_core(p->target());
+      nki::ExecOptions opt;
+      opt.max_loop_iterations = int64_t{1} << 50;
+      nki::execute(*p, *core, {}, opt, nullptr);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    done = true;
+  });
+  // What an interrupted host wait does; repeated in case the kernel had not started yet.
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    neuron::rt::request_interrupt();
+  }
+  worker.join();
+  ASSERT_TRUE(err);
+  try {
+    std::rethrow_exception(err);
+  } catch (const nki::NkiError& e) {
+    EXPECT_EQ(e.kind(), "interrupted");
+    EXPECT_NE(std::string(e.what()).find("interrupted (Ctrl-C)"), std::string::npos) << e.what();
+  }
 }

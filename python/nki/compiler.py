@@ -1,0 +1,104 @@
+"""nki.compiler: allocation and scheduling directives of the real NKI compiler.
+
+On neuron-emu the placement of SBUF/PSUM tensors is decided by the trace's liveness allocator
+(which checks capacity and, for ``address=`` tensors, overlap); allocation directives
+(``sbuf.mod_alloc(...)``, ``psum.alloc(...)``) name the buffer the tensor lives in and their
+placement hints are recorded, not obeyed. The kernel decorators only steer the real
+compiler's optimizer and leave results unchanged, so they return the kernel as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ._tensor import MemoryRegion
+
+
+class _Allocation:
+    """A buffer with an allocation directive, usable as ``nl.ndarray(..., buffer=...)``."""
+
+    def __init__(self, region: MemoryRegion, kind: str, hints: dict):
+        self._nki_region = region
+        self.kind = kind
+        self.hints = hints
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hints.items())
+        return f"nki.compiler.{self._nki_region.value}.{self.kind}({args})"
+
+
+class _OnChip:
+    def __init__(self, region: MemoryRegion):
+        self._region = region
+
+    def alloc(self, func=None, **hints) -> _Allocation:
+        """Direct allocation (a function from block indices to addresses): placement recorded."""
+        return _Allocation(self._region, "alloc", dict(hints, func=func))
+
+    def mod_alloc(self, base_addr=None, base_partition=None, num_par_tiles=None, num_free_tiles=None, **hints):
+        """Modulo allocation of a tensor's blocks over a few physical tiles: placement recorded."""
+        return _Allocation(
+            self._region,
+            "mod_alloc",
+            dict(hints, base_addr=base_addr, base_partition=base_partition,
+                 num_par_tiles=num_par_tiles, num_free_tiles=num_free_tiles),
+        )
+
+    def auto_alloc(self) -> _Allocation:
+        return _Allocation(self._region, "auto_alloc", {})
+
+    @property
+    def _nki_region(self) -> MemoryRegion:  # ``buffer=ncc.sbuf`` itself
+        return self._region
+
+    def __repr__(self) -> str:
+        return f"nki.compiler.{self._region.value}"
+
+
+sbuf = _OnChip(MemoryRegion.sbuf)
+psum = _OnChip(MemoryRegion.psum)
+
+
+def _decorator(func):
+    return func if func is not None else (lambda f: f)
+
+
+def skip_middle_end_transformations(func=None):
+    """Tells the real compiler to skip its middle-end passes; no effect on results here."""
+    return _decorator(func)
+
+
+def enable_stack_allocator(func=None, log_level=50):
+    """Selects the real compiler's stack allocator; placement here is the trace allocator's."""
+    return _decorator(func)
+
+
+def force_auto_alloc(func=None):
+    """Ignores direct allocations in the real compiler; here placement is always automatic."""
+    return _decorator(func)
+
+
+class _MultiBuffer:
+    def __init__(self, factor: int):
+        self.factor = int(factor)
+
+
+def multi_buffer(factor=2) -> _MultiBuffer:
+    """A multi-buffering directive for loops (``nl.affine_range(..., directives=...)``)."""
+    return _MultiBuffer(factor)
+
+
+def no_reorder():
+    """Keeps instructions in program order (the emulator issues every engine in order)."""
+    return contextlib.nullcontext()
+
+
+__all__ = [
+    "enable_stack_allocator",
+    "force_auto_alloc",
+    "multi_buffer",
+    "no_reorder",
+    "psum",
+    "sbuf",
+    "skip_middle_end_transformations",
+]

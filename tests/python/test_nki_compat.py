@@ -1,0 +1,421 @@
+"""Real-world NKI code runs unchanged: the old ``neuronxcc.nki`` import path and its names, the
+old calling convention of every ISA instruction (no ``dst``, positional operands, a new tile
+returned, ``mask=``), ``nl.par_dim`` block dimensions, ``NKIObject`` configuration objects,
+``nki.cpu_simulate(kernel)[lnc]``, compiler directives and jit options. Kernels are written
+here; every result is compared with numpy (fp32: exact up to summation order, 1e-5)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The old import path
+
+
+def test_neuronxcc_import_path_is_nki():
+    import neuronxcc.nki as old
+    import neuronxcc.nki.isa as old_isa
+    import neuronxcc.nki.language as old_nl
+    import neuronxcc.nki.typing as old_nt
+    from neuronxcc import nki as old2
+    from neuronxcc.nki import baremetal, benchmark, profile, simulate_kernel  # noqa: F401
+
+    assert old is nki and old2 is nki
+    assert old_nl is nl and old_isa is nisa and old_nt is nki.typing
+    from nki.isa.constants import dge_mode, oob_mode
+
+    assert oob_mode is nisa.oob_mode and dge_mode is nisa.dge_mode
+    import nki.dtype as ndt
+
+    assert ndt.bfloat16 == nl.bfloat16 and nl.bool == nl.bool_
+
+
+def test_old_tutorial_kernel_runs_through_old_names():
+    import neuronxcc.nki as onki
+    import neuronxcc.nki.language as onl
+
+    @onki.jit
+    def add_kernel(a, b):
+        c = onl.ndarray(a.shape, dtype=a.dtype, buffer=onl.shared_hbm)
+        ix = onl.program_id(0) * 128 + onl.arange(128)[:, None]
+        iy = onl.arange(256)[None, :]
+        onl.store(c[ix, iy], value=onl.load(a[ix, iy]) + onl.load(b[ix, iy]))
+        return c
+
+    a, b = _rand(512, 256), _rand(512, 256, seed=1)
+    # spmd_dim(2, nc(2)) is one grid dimension of 4 instances
+    out = onki.simulate_kernel(add_kernel[onl.spmd_dim(2, onl.nc(2))], a, b)
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    out = onki.baremetal(add_kernel)[4](a, b)
+    np.testing.assert_allclose(out, a + b, rtol=1e-6)
+    r = onki.benchmark(warmup=0, iters=1)(add_kernel)[4]
+    r(a, b)
+    assert r.benchmark_result.nc_latency.get_latency_percentile(50) > 0
+
+
+def test_static_cast_rounds_host_arrays_and_tiles():
+    x = np.array([1.0 + 2**-9, 3.0], dtype=np.float32)
+    y = nl.static_cast(x, nl.bfloat16)
+    assert str(y.dtype) == "bfloat16"
+    np.testing.assert_array_equal(y.astype(np.float32), [1.0, 3.0])  # rounds to nearest even
+
+    @nki.jit
+    def cast(a):
+        out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.static_cast(nl.load(a), nl.bfloat16))
+        return out
+
+    a = _rand(128, 64)
+    np.testing.assert_array_equal(cast(a).astype(np.float32), a.astype(y.dtype).astype(np.float32))
+
+
+def test_cpu_simulate_launcher_with_lnc():
+    @nki.jit
+    def shard_scale(x, factor):
+        n = nl.num_programs(0)
+        rows = x.shape[0] // n
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for j in nl.affine_range(rows // 128):
+            r0 = nl.program_id(0) * rows + j * 128
+            t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[r0 : r0 + 128, :])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(factor))
+            nisa.dma_copy(dst=out[r0 : r0 + 128, :], src=t)
+        return out
+
+    x = _rand(256, 32)
+    for lnc in (1, 2):
+        out = nki.cpu_simulate(shard_scale)[lnc](x=x, factor=3)
+        assert isinstance(out, np.ndarray)
+        np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Old-style ISA calls: no dst, positional operands, a new tile returned
+
+
+@nki.jit
+def old_style_everything(a, b):
+    out = nl.ndarray((11,) + a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ta, tb = nl.load(a), nl.load(b)
+    results = [
+        nisa.tensor_copy(ta),
+        nisa.tensor_tensor(ta, tb, nl.add),
+        nisa.tensor_tensor(ta, tb, op=nl.multiply),
+        nisa.tensor_scalar(ta, nl.multiply, 2.0, op1=nl.add, operand1=1.0),
+        nisa.activation(nl.exp, ta, scale=0.5),
+        nisa.reciprocal(nisa.activation(op=nl.exp, data=ta)),
+        nisa.tensor_tensor_scan(ta, tb, 0.0, nl.multiply, nl.add),
+        nisa.scalar_tensor_tensor(data=ta, op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=tb),
+    ]
+    red = nisa.tensor_reduce(nl.add, ta, axis=1, keepdims=True)
+    s = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    act = nisa.activation_reduce(nl.square, ta, reduce_op=nl.add, reduce_res=s)
+    results.append(act)
+    results.append(nisa.tensor_scalar(tb, nl.add, red))  # b + rowsum(a)
+    results.append(nisa.tensor_scalar(tb, nl.multiply, s))  # b * rowsum(a^2)
+    for i, r in enumerate(results):
+        nl.store(out[i], value=r)
+    return out
+
+
+def test_old_style_calls_return_new_tiles_for_every_instruction():
+    a, b = _rand(128, 64) * 0.5, _rand(128, 64, seed=1) * 0.5
+    got = old_style_everything(a, b)
+    scan = np.zeros_like(a)
+    acc = np.zeros(a.shape[0], dtype=np.float32)
+    for i in range(a.shape[1]):
+        acc = a[:, i] * acc + b[:, i]
+        scan[:, i] = acc
+    want = [
+        a,
+        a + b,
+        a * b,
+        a * 2 + 1,
+        np.exp(a * 0.5),
+        np.exp(-a),
+        scan,
+        (a - 1) * b,
+        a * a,
+        b + a.sum(1, keepdims=True),
+        b * (a * a).sum(1, keepdims=True),
+    ]
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(got[i], w, rtol=1e-5, atol=1e-5, err_msg=f"result {i}")
+
+
+def test_old_style_matmul_transpose_stats_and_partition_reduce():
+    @nki.jit
+    def k(x, y):
+        out_mm = nl.ndarray((64, 96), dtype=nl.float32, buffer=nl.shared_hbm)
+        out_t = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        out_pr = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        out_st = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        tx, ty = nl.load(x), nl.load(y)
+        nl.store(out_mm, value=nisa.nc_matmul(tx, ty))  # stationary, moving
+        nl.store(out_t, value=nisa.nc_transpose(tx))
+        nl.store(out_pr, value=nisa.tensor_partition_reduce(nl.add, tx))
+        nl.store(out_st, value=nisa.bn_aggr(nisa.bn_stats(tx)))
+        return out_mm, out_t, out_pr, out_st
+
+    x, y = _rand(128, 64), _rand(128, 96, seed=2)
+    mm, t, pr, st = k(x, y)
+    np.testing.assert_allclose(mm, x.T @ y, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(t, x.T, rtol=1e-6)
+    np.testing.assert_allclose(pr, x.sum(0, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(st[:, 0], x.mean(1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(st[:, 1], x.var(1), rtol=1e-4, atol=1e-5)
+
+
+def test_old_style_mask_on_isa_calls():
+    @nki.jit
+    def k(x, n_valid):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.mgrid[0:128, 0:32]
+        t = nl.load(x)
+        r = nl.zeros((128, 32), dtype=x.dtype, buffer=nl.sbuf)
+        # only rows < n_valid are written; the others keep the zeros
+        r[ip, jf] = nisa.tensor_scalar(t[ip, jf], nl.multiply, 2.0, mask=(ip < n_valid))
+        skipped = nisa.tensor_copy(t, mask=False)  # masked off at compile time: never written
+        del skipped
+        nl.store(out, value=r)
+        return out
+
+    x = _rand(128, 32)
+    got = k(x, 40)
+    want = np.zeros_like(x)
+    want[:40] = 2 * x[:40]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_wrong_old_style_arity_is_a_clear_error():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.reciprocal(nl.load(x), 1, 2, 3))
+        return out
+
+    with pytest.raises(TypeError, match="reciprocal"):
+        k(_rand(128, 8))
+
+
+# ---------------------------------------------------------------------------------------------
+# nl.par_dim: block dimensions in front of the partition dimension
+
+
+def test_par_dim_blocks_are_separate_tiles():
+    @nki.jit
+    def blocks(x):
+        nblk = x.shape[0] // 128
+        t = nl.ndarray((nblk, nl.par_dim(128), x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        assert t.shape == (nblk, 128, x.shape[1])
+        for i in nl.affine_range(nblk):
+            t[i] = nl.load(x[i * 128 : (i + 1) * 128, :])
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ip, jf = nl.mgrid[0:128, 0 : x.shape[1]]
+        for i in nl.affine_range(nblk):
+            # block i + block (nblk - 1 - i): both are [128, F] tiles at partitions 0..127
+            s = nl.add(t[i, ip, jf], t[nblk - 1 - i, ip, jf])
+            nl.store(out[i * 128 + ip, jf], value=s)
+        return out
+
+    x = _rand(512, 64)
+    got = blocks(x)
+    xb = x.reshape(4, 128, 64)
+    np.testing.assert_allclose(got, (xb + xb[::-1]).reshape(512, 64), rtol=1e-6)
+
+
+def test_instructions_on_block_tensors_run_once_per_block():
+    @nki.jit
+    def fill(x):
+        t = nl.zeros((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)  # four memsets
+        u = nl.ndarray((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=u, data=t, op0=nl.add, operand0=nl.load(x))  # per block, x reused
+        out = nl.ndarray((4, 128, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            nl.store(out[i], value=u[i])
+        return out
+
+    x = _rand(128, 1)
+    np.testing.assert_array_equal(fill(x), np.broadcast_to(x, (4, 128, 16)))
+    assert fill.specialize(x).dump().count("nki.isa.memset") == 4
+
+    @nki.jit
+    def mismatched(x):
+        t = nl.zeros((4, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        u = nl.ndarray((2, nl.par_dim(128), 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=u, src=t)
+        return x
+
+    with pytest.raises(ValueError, match="different block dimensions"):
+        mismatched(x)
+
+
+def test_par_dim_tensors_count_against_sbuf_per_partition():
+    @nki.jit
+    def too_big(x):
+        # 8 blocks x 32 KiB per partition = 256 KiB > 224 KiB of a trn2 SBUF partition
+        t = nl.ndarray((8, nl.par_dim(128), 8192), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(8):
+            nisa.memset(dst=t[i], value=1.0)
+        out = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(8):
+            nl.store(out, value=t[i])
+        return out
+
+    with pytest.raises(nki.NkiValidationError, match="SBUF"):
+        too_big(_rand(128, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# NKIObject configuration objects
+
+
+class TileConfig(nl.NKIObject):
+    rows: int = 128
+    scale: float = 1.0
+    add_one = False  # un-annotated attributes are fields too
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenConfig(nl.NKIObject):
+    scale: float = 2.0
+
+
+def test_nkiobject_fields_defaults_and_errors():
+    c = TileConfig(scale=3.0, add_one=True)
+    assert (c.rows, c.scale, c.add_one) == (128, 3.0, True)
+    assert TileConfig(64).rows == 64  # annotated fields also positionally
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        TileConfig(colour=1)
+
+
+def test_nkiobject_arguments_specialize_the_kernel():
+    @nki.jit
+    def scaled(x, cfg):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        t = nl.multiply(t, cfg.scale)
+        if getattr(cfg, "add_one", False):
+            t = nl.add(t, 1.0)
+        nl.store(out, value=t)
+        return out
+
+    x = _rand(128, 16)
+    np.testing.assert_allclose(scaled(x, TileConfig(scale=3.0)), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(scaled(x, TileConfig(scale=3.0, add_one=True)), 3 * x + 1, rtol=1e-6)
+    np.testing.assert_allclose(scaled(x, FrozenConfig()), 2 * x, rtol=1e-6)
+    assert scaled.cache_info()["traces"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# jit options, compiler directives, loop hints
+
+
+def test_jit_options_and_compiler_directives_are_accepted():
+    import nki.compiler as ncc
+
+    @ncc.skip_middle_end_transformations
+    @nki.jit(platform_target="trn2", debug_kernel=True, show_compiler_tb=True, experimental_flags="x")
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        for _ in nl.affine_range(1, precise_schedule=True):
+            nisa.dma_copy(dst=t, src=x)
+        for _ in nl.sequential_range(1, directives=ncc.multi_buffer(2)):
+            with ncc.no_reorder():
+                nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(128, 8)
+    np.testing.assert_array_equal(k(x), x)
+    with pytest.raises(ValueError, match="NEURON_PLATFORM_TARGET_OVERRIDE"):
+        nki.jit(platform_target="tpu9")
+
+
+def test_platform_target_selects_the_generation():
+    @nki.jit(platform_target="trn1")
+    def sbuf_bytes(x):
+        assert nisa.get_nc_version() == nisa.nc_version.gen2
+        return x
+
+    x = _rand(4, 4)
+    sbuf_bytes(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions over non-trailing axes, access patterns with more than 6 dimensions
+
+
+def test_reductions_over_non_trailing_axes():
+    @nki.jit
+    def reds(x):
+        t = nl.load(x)  # [128, 2, 3, 4, 5]
+        s = nl.sum(t, axis=[2, 4])  # -> [128, 2, 4]
+        m = nl.max(t, axis=[1, 3], keepdims=True)  # -> [128, 1, 3, 1, 5]
+        o1 = nl.ndarray((128, 2, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((128, 1, 3, 1, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(o1, value=s)
+        nl.store(o2, value=m)
+        return o1, o2
+
+    x = _rand(128, 2, 3, 4, 5)
+    s, m = reds(x)
+    np.testing.assert_allclose(s, x.sum(axis=(2, 4)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(m, x.max(axis=(1, 3), keepdims=True))
+
+
+def test_views_with_more_than_six_dimensions():
+    @nki.jit
+    def seven_d(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 2, 2, 2, 2, 2, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)  # 7-D on both sides, contiguous: one 2-D pattern each
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(128, 2, 2, 2, 2, 2, 4)
+    np.testing.assert_array_equal(seven_d(x), x)
+
+    @nki.jit
+    def seven_strided(x):
+        # every other element of the innermost axis: a strided 7-D view (its steps still merge)
+        out = nl.ndarray((128, 2, 2, 2, 2, 2, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x[:, :, :, :, :, :, 0:4:2])
+        nl.store(out, value=t)
+        return out
+
+    np.testing.assert_array_equal(seven_strided(x), x[..., 0:4:2])
+
+
+def test_kernel_returns_a_reshaped_hbm_output():
+    @nki.jit
+    def flat_out(x):
+        out = nl.ndarray((x.shape[0] * x.shape[1],), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out.reshape(x.shape), value=nl.exp(nl.load(x)))
+        return out.reshape(x.shape)
+
+    x = _rand(128, 8)
+    got = flat_out(x)
+    assert got.shape == (128, 8)
+    np.testing.assert_allclose(got, np.exp(x), rtol=1e-6)
+
+    @nki.jit
+    def partial(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out[0:64]
+
+    with pytest.raises(TypeError, match="partial or reinterpreted view"):
+        partial(x)
