@@ -1,7 +1,7 @@
-// Dense kernels of compiled programs: GEMM/GEMV, fused attention, indexing (gather/scatter/
-// index_put), convolution and pooling. They take strided TensorRefs (no torch headers) and
-// parallelize over the runtime's host pool. Errors (bad index, ...) are ExecError.
-// The attention kernel is the narrow interface the eager SDPA kernel can later replace.
+// Dense kernels of compiled programs: GEMM/GEMV, indexing (gather/scatter/index_put),
+// convolution and pooling. They take strided TensorRefs (no torch headers) and parallelize over
+// the runtime's host pool. Errors (bad index, ...) are ExecError. Attention steps call the
+// kernels' attention (kernels/attention.h) directly.
 #pragma once
 
 #include <functional>
@@ -17,17 +17,6 @@ using kernels::TensorRef;
 // c[..., M, N] = a[..., M, K] @ b[..., K, N] (same batch dims, any strides). 16-bit inputs
 // accumulate in fp32; c may be fp32 for 16-bit inputs. Small M uses a GEMV micro-kernel.
 void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c);
-
-struct AttentionArgs {
-  TensorRef q, k, v, out;  // [B, Hq, Sq, D], [B, Hkv, Skv, D], [B, Hkv, Skv, Dv], [B, Hq, Sq, Dv]
-  const TensorRef* mask =
-      nullptr;  // broadcastable to [B, Hq, Sq, Skv]: additive, or bool (true = keep)
-  float scale = 1.0f;
-  bool causal = false;            // key j is visible to query i when j <= i
-  bool zero_masked_rows = false;  // fully masked rows give 0 (SDPA) instead of NaN (softmax)
-};
-// Tiled online-softmax attention (one pass over K/V per query block, fp32 accumulation).
-void attention(const AttentionArgs& args);
 
 // out = x[idx...] (advanced indexing): idx[i] indexes x's dim dims[i] (dims increasing).
 void index(const TensorRef& x, const TensorRef& out, const std::vector<TensorRef>& idx,

@@ -3,10 +3,12 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <limits>
 #include <mutex>
 
 #include "dense.h"
 #include "error.h"
+#include "kernels/attention.h"
 #include "kernels/copy.h"
 #include "program.h"
 #include "runtime/env.h"
@@ -40,6 +42,60 @@ dense::PoolParams pool_params(const Step& s, bool maxp) {
   return p;
 }
 
+void strides4(const kernels::TensorRef& t, const char* what, int64_t s[4]) {
+  if (t.ndim != 4) throw ExecError(rt::str("attention: ", what, " must be 4-D"));
+  for (int d = 0; d < 4; ++d) s[d] = t.strides[d];
+}
+
+// The kernels' attention arguments for q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]
+// and an optional mask expanded to [B, Hq, Sq, Skv] (bool: true = attend, or additive).
+kernels::AttentionArgs attention_args(const kernels::TensorRef& q, const kernels::TensorRef& k,
+                                      const kernels::TensorRef& v, const kernels::TensorRef* mask,
+                                      double scale, bool causal) {
+  kernels::AttentionArgs a;
+  strides4(q, "q", a.q_s);
+  strides4(k, "k", a.k_s);
+  strides4(v, "v", a.v_s);
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    throw ExecError("attention: q, k and v must have one dtype");
+  a.B = q.sizes[0];
+  a.Hq = q.sizes[1];
+  a.Lq = q.sizes[2];
+  a.D = q.sizes[3];
+  a.Hkv = k.sizes[1];
+  a.Lk = k.sizes[2];
+  a.Dv = v.sizes[3];
+  if (a.Hkv == 0 || a.Hq % a.Hkv != 0)
+    throw ExecError("attention: query heads are not a multiple of kv heads");
+  a.dtype = q.dtype;
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  if (mask) {
+    strides4(*mask, "mask", a.mask_s);
+    a.mask = mask->data;
+    a.mask_dtype = mask->dtype;
+  }
+  a.causal = causal;
+  a.scale = scale;
+  return a;
+}
+
+// Every element of `t` = v (in t's dtype).
+void fill_value(const kernels::TensorRef& t, double v) {
+  if (t.numel() == 0) return;
+  const float f = static_cast<float>(v);
+  kernels::TensorRef src;
+  src.data = const_cast<float*>(&f);
+  src.dtype = kernels::DType::Float32;
+  src.ndim = t.ndim;
+  for (int d = 0; d < t.ndim; ++d) {
+    src.sizes[d] = t.sizes[d];
+    src.strides[d] = 0;
+  }
+  kernels::copy(t, src);
+}
+
 void run_step(const Step& s, const Buffers& b) {
   auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
   switch (s.kind) {
@@ -51,20 +107,62 @@ void run_step(const Step& s, const Buffers& b) {
       if (s.kernel) run_kernel(s, b);
       return;
     case StepKind::Attention: {
-      dense::AttentionArgs a;
-      a.q = T(0);
-      a.k = T(1);
-      a.v = T(2);
-      a.out = T(3);
-      kernels::TensorRef mask;
-      if (s.tensors.size() > 4) {
-        mask = T(4);
-        a.mask = &mask;
+      const bool has_mask = s.ints.at(2) != 0, has_lse = s.ints.at(3) != 0;
+      const kernels::TensorRef mask = has_mask ? T(4) : kernels::TensorRef{};
+      kernels::AttentionArgs a = attention_args(T(0), T(1), T(2), has_mask ? &mask : nullptr,
+                                                s.floats.at(0), s.ints.at(0) != 0);
+      a.nan_masked_rows = s.ints.at(1) == 0;
+      const kernels::TensorRef out = T(3);
+      int64_t os[4];
+      strides4(out, "out", os);
+      kernels::TensorRef lse;
+      int64_t ls[3] = {};
+      if (has_lse) {
+        lse = T(has_mask ? 5 : 4);
+        if (lse.ndim != 3 || lse.dtype != kernels::DType::Float32)
+          throw ExecError("attention: lse must be f32 [B, Hq, Sq]");
+        for (int d = 0; d < 3; ++d) ls[d] = lse.strides[d];
       }
-      a.scale = static_cast<float>(s.floats.at(0));
-      a.causal = s.ints.at(0) != 0;
-      a.zero_masked_rows = s.ints.at(1) != 0;
-      dense::attention(a);
+      if (out.numel() == 0) return;
+      if (a.Lk == 0 || a.D == 0) {  // no keys: zero rows (SDPA) and -inf log-sum-exp
+        fill_value(out, a.nan_masked_rows ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+        if (has_lse) fill_value(lse, -std::numeric_limits<double>::infinity());
+        return;
+      }
+      kernels::attention_forward(a, out.data, os, has_lse ? static_cast<float*>(lse.data) : nullptr,
+                                 ls);
+      return;
+    }
+    case StepKind::AttentionBackward: {
+      const bool has_mask = s.ints.at(1) != 0;
+      const kernels::TensorRef mask = has_mask ? T(9) : kernels::TensorRef{};
+      const kernels::AttentionArgs a = attention_args(
+          T(1), T(2), T(3), has_mask ? &mask : nullptr, s.floats.at(0), s.ints.at(0) != 0);
+      const kernels::TensorRef dout = T(0), out = T(4), lse = T(5), dq = T(6), dk = T(7),
+                               dv = T(8);
+      if (lse.ndim != 3 || lse.dtype != kernels::DType::Float32)
+        throw ExecError("attention backward: lse must be f32 [B, Hq, Sq]");
+      for (const kernels::TensorRef* t : {&dout, &out, &dq, &dk, &dv})
+        if (t->dtype != a.dtype)
+          throw ExecError("attention backward: gradients must have the dtype of q, k, v");
+      if (a.B == 0 || a.Hq == 0 || a.Lq == 0 || a.Lk == 0 || a.D == 0) {
+        for (const kernels::TensorRef* t : {&dq, &dk, &dv}) fill_value(*t, 0.0);
+        return;
+      }
+      kernels::AttentionGrads g;
+      g.dout = dout.data;
+      strides4(dout, "dout", g.dout_s);
+      g.out = out.data;
+      strides4(out, "out", g.out_s);
+      g.lse = static_cast<const float*>(lse.data);
+      for (int d = 0; d < 3; ++d) g.lse_s[d] = lse.strides[d];
+      g.dq = dq.data;
+      strides4(dq, "dq", g.dq_s);
+      g.dk = dk.data;
+      strides4(dk, "dk", g.dk_s);
+      g.dv = dv.data;
+      strides4(dv, "dv", g.dv_s);
+      kernels::attention_backward(a, g);
       return;
     }
     case StepKind::Index: {
@@ -147,7 +245,7 @@ void run_step(const Step& s, const Buffers& b) {
   throw ExecError("unknown step kind");
 }
 
-constexpr int kKinds = static_cast<int>(StepKind::Custom) + 1;
+constexpr int kKinds = kNumStepKinds;
 std::atomic<int> g_profiling{-1};  // -1: not read from the environment yet
 std::mutex g_prof_mu;
 std::array<std::pair<int64_t, double>, kKinds> g_prof{};

@@ -593,7 +593,24 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
               bad(n, rt::str("mask ", shape_str(in(3).shape), " does not broadcast to ",
                              shape_str(full)));
           }
-          return {TensorType{in(0).dtype, {q[0], q[1], q[2], v[3]}}};
+          const TensorType out{in(0).dtype, {q[0], q[1], q[2], v[3]}};
+          if (n.attrs.i("lse", 0)) return {out, TensorType{DType::Float32, {q[0], q[1], q[2]}}};
+          return {out};
+        }
+        case Op::attention_backward: {
+          // dout, q, k, v, out, lse [, mask] -> dq, dk, dv
+          const Shape &q = in(1).shape, &k = in(2).shape, &v = in(3).shape;
+          if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+            bad(n, "q, k, v must be [B, H, S, D]");
+          const Shape o = {q[0], q[1], q[2], v[3]};
+          if (in(0).shape != o || in(4).shape != o)
+            bad(n, rt::str("dout ", shape_str(in(0).shape), " and out ", shape_str(in(4).shape),
+                           " must be ", shape_str(o)));
+          if (in(5).shape != Shape{q[0], q[1], q[2]} || in(5).dtype != DType::Float32)
+            bad(n, "lse must be f32 [B, Hq, Sq]");
+          if (k[1] == 0 || q[1] % k[1] != 0 || k[2] != v[2] || q[3] != k[3])
+            bad(n, "q, k, v do not match");
+          return {in(1), in(2), in(3)};
         }
         case Op::index: {
           const Shape& s = in(0).shape;

@@ -680,8 +680,18 @@ class Lowerer {
         s.kind = StepKind::Attention;
         s.tensors = {in_view(0), in_view(1), in_view(2), root_desc(n.outputs[0])};
         if (n.inputs.size() == 4) s.tensors.push_back(in_view(3));
+        if (n.outputs.size() == 2) s.tensors.push_back(root_desc(n.outputs[1]));
         s.floats = {n.attrs.f("scale")};
-        s.ints = {n.attrs.i("causal", 0), n.attrs.i("zero_masked_rows", 0)};
+        s.ints = {n.attrs.i("causal", 0), n.attrs.i("zero_masked_rows", 0),
+                  n.inputs.size() == 4 ? 1 : 0, n.outputs.size() == 2 ? 1 : 0};
+        break;
+      case Op::attention_backward:
+        s.kind = StepKind::AttentionBackward;
+        for (size_t k = 0; k < 6; ++k) s.tensors.push_back(in_view(k));
+        for (int o : n.outputs) s.tensors.push_back(root_desc(o));
+        if (n.inputs.size() == 7) s.tensors.push_back(in_view(6));
+        s.floats = {n.attrs.f("scale")};
+        s.ints = {n.attrs.i("causal", 0), n.inputs.size() == 7 ? 1 : 0};
         break;
       case Op::index: {
         s.kind = StepKind::Index;

@@ -41,6 +41,8 @@ const char* step_kind_name(StepKind k) {
       return "avg_pool_backward";
     case StepKind::Custom:
       return "custom";
+    case StepKind::AttentionBackward:
+      return "attention_backward";
   }
   return "?";
 }
@@ -154,7 +156,7 @@ Program deserialize_program(ByteReader& r, bool check) {
   for (uint64_t i = 0; i < ns; ++i) {
     Step s;
     const uint8_t k = r.u8("step.kind");
-    if (k > static_cast<uint8_t>(StepKind::Custom)) r.fail("step.kind", "unknown step kind");
+    if (k >= kNumStepKinds) r.fail("step.kind", "unknown step kind");
     s.kind = static_cast<StepKind>(k);
     s.name = r.str("step.name");
     const uint64_t nt = r.count("step.tensors", 30);

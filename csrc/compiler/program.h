@@ -32,7 +32,8 @@ struct TensorDesc {
 enum class StepKind : uint8_t {
   Fused,         // tensors: VM buffers; kernel + kernel_buffers
   Gemm,          // tensors: A, B, C [, epilogue buffers]; floats: alpha, beta
-  Attention,     // tensors: q, k, v, out [, mask]; floats: scale; ints: causal, zero_masked_rows
+  Attention,     // tensors: q, k, v, out [, mask] [, lse]; floats: scale;
+                 // ints: causal, zero_masked_rows, has_mask, has_lse
   Index,         // tensors: x, out, idx...; ints: indexed dim of each idx
   IndexPut,      // tensors: self, values, out, idx...; ints: accumulate, inplace, dims...
   Gather,        // tensors: x, index, out; ints: dim
@@ -47,7 +48,10 @@ enum class StepKind : uint8_t {
   AvgPool,  // tensors: input, out; ints: k.., s.., p.., ceil_mode, count_include_pad, divisor
   AvgPoolBackward,  // tensors: grad_out, grad_in; ints as AvgPool
   Custom,           // tensors: inputs then outputs; ints: n_inputs; text: target; payload
+  AttentionBackward,  // tensors: dout, q, k, v, out, lse, dq, dk, dv [, mask]; floats: scale;
+                      // ints: causal, has_mask
 };
+constexpr int kNumStepKinds = static_cast<int>(StepKind::AttentionBackward) + 1;
 const char* step_kind_name(StepKind k);
 
 struct Step {

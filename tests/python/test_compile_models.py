@@ -95,13 +95,16 @@ def test_transformer_encoder_forward_and_training(fresh_compile):
     tokens = torch.randint(0, 100, (2, 7))
     _compare_forward(ref, [tokens])
     torch._dynamo.reset()
+    torch.neuron.reset_dynamo_metrics()
     ref.train()
 
     def loss_fn(out, t):
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1))
 
     batches = [([torch.randint(0, 100, (2, 7))], torch.randint(0, 100, (2, 7))) for _ in range(3)]
-    _compare_training(ref, loss_fn, batches)
+    m = _compare_training(ref, loss_fn, batches)
+    # The fused attention forward (with its log-sum-exp) and its backward are compiled: no split.
+    assert m["fallback_ops"] == {}
 
 
 SMALL = LlamaConfig(vocab=256, dim=64, layers=2, heads=4, kv_heads=2, ffn=128, max_seq=16)

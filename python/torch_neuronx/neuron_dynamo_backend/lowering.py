@@ -908,9 +908,18 @@ def _softmax_bwd(L, n, grad, out, dim, input_dtype):
 def _sdpa(L, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, scale=None, **kw):
     if dropout_p:
         raise Unsupported("attention dropout")
-    for u in n.users:  # only the attention output itself (no logsumexp etc. for a backward)
-        if u.target is operator.getitem and u.args[1] != 0 and u.users:
-            raise Unsupported("attention statistics (training) are not produced by the fused kernel")
+    # The fused forward of training graphs also returns the log-sum-exp its backward reads.
+    want_lse = any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in n.users)
+    val = n.meta["val"]
+    extra = {}  # other results a backward may save: the (unused, no dropout) philox seed/offset
+    for u in n.users:
+        if u.target is not operator.getitem or u.args[1] in (0, 1) or not u.users:
+            continue
+        r = val[u.args[1]] if isinstance(val, (list, tuple)) else None
+        if isinstance(r, torch.Tensor) and r.dim() == 0 and r.dtype == torch.int64:
+            extra[u.args[1]] = L.const(0, torch.int64)
+        else:
+            raise Unsupported(f"attention result {u.args[1]} (only the output and its log-sum-exp are compiled)")
     qs = L.type(q)[1]
     if len(qs) != 4 or len(L.type(k)[1]) != 4:
         raise Unsupported("attention on non 4-D tensors")
@@ -919,11 +928,11 @@ def _sdpa(L, n, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *args, 
     if attn_mask is not None:
         full = [qs[0], qs[1], qs[2], L.type(k)[1][2]]
         ins.append(L.expand(attn_mask, full))
-    o = L.op1("attention", ins, {"scale": float(sc), "causal": int(bool(is_causal)), "zero_masked_rows": 1})
-    val = n.meta["val"]
+    attrs = {"scale": float(sc), "causal": int(bool(is_causal)), "zero_masked_rows": 1, "lse": int(want_lse)}
+    outs = L.node("attention", ins, attrs)
     if isinstance(val, (list, tuple)):
-        return (o,) + tuple(None for _ in val[1:])
-    return o
+        return (outs[0], outs[1] if want_lse else None) + tuple(extra.get(i) for i in range(2, len(val)))
+    return outs[0]
 
 
 RULES[aten.scaled_dot_product_attention] = _sdpa
@@ -935,11 +944,35 @@ def _sdpa_fused(L, n, q, k, v, attn_bias=None, *args, **kw):
         # (q, k, v, attn_bias, compute_log_sumexp, dropout_p, is_causal, *, scale)
         dropout_p = args[1] if len(args) > 1 else kw.get("dropout_p", 0.0)
         is_causal = args[2] if len(args) > 2 else kw.get("is_causal", False)
+        if any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in n.users):
+            raise Unsupported("the efficient-attention log-sum-exp layout")
     else:
         # (q, k, v, attn_bias, dropout_p, is_causal, return_debug_mask, *, scale)
         dropout_p = args[0] if args else kw.get("dropout_p", 0.0)
         is_causal = args[1] if len(args) > 1 else kw.get("is_causal", False)
     return _sdpa(L, n, q, k, v, attn_bias, dropout_p, is_causal, scale=kw.get("scale"))
+
+
+@rule(aten._scaled_dot_product_fused_attention_overrideable_backward)
+def _sdpa_fused_backward(L, n, grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
+                         max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    """The fused kernel's backward: (dq, dk, dv) from the forward's output and log-sum-exp.
+    The gradient of an additive mask (grad_input_mask[3]) is not produced here."""
+    if dropout_p:
+        raise Unsupported("attention dropout")
+    if attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3] and \
+            L.type(attn_bias)[0] != torch.bool:
+        raise Unsupported("the gradient of an attention mask")
+    qs = L.type(q)[1]
+    if len(qs) != 4:
+        raise Unsupported("attention on non 4-D tensors")
+    dt = L.type(q)[0]
+    sc = scale if scale is not None else 1.0 / math.sqrt(qs[-1])
+    ins = [L.cast(grad_out, dt), q, k, v, out, logsumexp]
+    if attn_bias is not None:
+        ins.append(L.expand(attn_bias, [qs[0], qs[1], qs[2], L.type(k)[1][2]]))
+    dq, dk, dv = L.node("attention_backward", ins, {"scale": float(sc), "causal": int(bool(is_causal))})
+    return (dq, dk, dv, None)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu)

@@ -1,6 +1,9 @@
 // End-to-end: tiny graphs built in C++, compiled, run on host buffers, compared with the
 // reference interpreter. Tolerances: fp32 kernels use polynomial exp/log/tanh/erf (a few ulp)
 // and a different summation order than the double-precision reference: rtol 2e-5.
+#include <algorithm>
+
+#include "kernels/attention.h"
 #include "test_util.h"
 
 namespace neuron::cc::test {
@@ -214,6 +217,65 @@ TEST(CompilerExec, AttentionPatternFusesAndMatches) {
   compile_and_run(g, in, 2, &c);
   ASSERT_EQ(c.program.steps.size(), 1u) << c.final_ir;
   EXPECT_EQ(c.program.steps[0].kind, StepKind::Attention);
+}
+
+// The attention steps are the kernels' attention (one implementation): a compiled forward with
+// its log-sum-exp and the backward give bitwise what kernels::attention_* give on the same data.
+TEST(CompilerExec, AttentionStepsAreTheKernelsAttentionBitwise) {
+  const int64_t B = 1, Hq = 4, Hkv = 2, S = 5, L = 7, D = 8;
+  Graph g;
+  const int q = g.add_input(F32({B, Hq, S, D}));
+  const int k = g.add_input(F32({B, Hkv, L, D}));
+  const int v = g.add_input(F32({B, Hkv, L, D}));
+  const int dout = g.add_input(F32({B, Hq, S, D}));
+  const auto fw = g.add(Op::attention, {q, k, v},
+                        A({{"scale", 0.3}, {"causal", int64_t{1}}, {"zero_masked_rows", int64_t{1}},
+                           {"lse", int64_t{1}}}));
+  ASSERT_EQ(fw.size(), 2u);
+  const auto bw = g.add(Op::attention_backward, {dout, q, k, v, fw[0], fw[1]},
+                        A({{"scale", 0.3}, {"causal", int64_t{1}}}));
+  g.set_outputs({fw[0], fw[1], bw[0], bw[1], bw[2]});
+  std::vector<HostTensor> in = {random_tensor(F32({B, Hq, S, D}), 1),
+                                random_tensor(F32({B, Hkv, L, D}), 2),
+                                random_tensor(F32({B, Hkv, L, D}), 3),
+                                random_tensor(F32({B, Hq, S, D}), 4)};
+  Compiled c;
+  const auto got = compile_and_run(g, in, 2, &c);
+  std::vector<StepKind> kinds;
+  for (const auto& st : c.program.steps) kinds.push_back(st.kind);
+  EXPECT_NE(std::find(kinds.begin(), kinds.end(), StepKind::AttentionBackward), kinds.end());
+
+  auto f32 = [](const HostTensor& h) { return std::vector<float>(h.v.begin(), h.v.end()); };
+  std::vector<float> fq = f32(in[0]), fk = f32(in[1]), fv = f32(in[2]), fd = f32(in[3]);
+  kernels::AttentionArgs a;
+  a.B = B, a.Hq = Hq, a.Hkv = Hkv, a.Lq = S, a.Lk = L, a.D = D, a.Dv = D;
+  a.q = fq.data(), a.k = fk.data(), a.v = fv.data();
+  const int64_t qs[4] = {Hq * S * D, S * D, D, 1}, ks[4] = {Hkv * L * D, L * D, D, 1};
+  std::copy(qs, qs + 4, a.q_s);
+  std::copy(ks, ks + 4, a.k_s);
+  std::copy(ks, ks + 4, a.v_s);
+  a.causal = true;
+  a.scale = 0.3;
+  std::vector<float> out(fq.size()), lse(static_cast<size_t>(B * Hq * S));
+  const int64_t ls[3] = {Hq * S, S, 1};
+  kernels::attention_forward(a, out.data(), qs, lse.data(), ls);
+  std::vector<float> dq(fq.size()), dk(fk.size()), dv(fv.size());
+  kernels::AttentionGrads gr;
+  gr.dout = fd.data(), gr.out = out.data(), gr.lse = lse.data();
+  std::copy(qs, qs + 4, gr.dout_s);
+  std::copy(qs, qs + 4, gr.out_s);
+  std::copy(ls, ls + 3, gr.lse_s);
+  gr.dq = dq.data(), gr.dk = dk.data(), gr.dv = dv.data();
+  std::copy(qs, qs + 4, gr.dq_s);
+  std::copy(ks, ks + 4, gr.dk_s);
+  std::copy(ks, ks + 4, gr.dv_s);
+  kernels::attention_backward(a, gr);
+  const std::vector<float>* want[] = {&out, &lse, &dq, &dk, &dv};
+  for (size_t o = 0; o < 5; ++o) {
+    ASSERT_EQ(got[o].v.size(), want[o]->size()) << o;
+    for (size_t i = 0; i < want[o]->size(); ++i)
+      ASSERT_EQ(static_cast<float>(got[o].v[i]), (*want[o])[i]) << "output " << o << " element " << i;
+  }
 }
 
 TEST(CompilerExec, KvCacheUpdateIsInPlace) {
