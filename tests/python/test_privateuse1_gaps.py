@@ -46,3 +46,25 @@ def test_dynamo_device_interface():
     assert iface.memory_allocated() > 0
     assert iface.get_compute_capability().startswith("NeuronCore-v")
     assert not iface.is_triton_capable()
+
+
+def test_backend_metadata_is_kept_by_set_get_and_torch_save(tmp_path):
+    t = torch.empty(3, 3, device="neuron")
+    assert torch._utils.get_tensor_metadata(t) == {}
+    flags = {"version_number": True, "format_number": False}
+    torch._utils.set_tensor_metadata(t, flags)
+    assert torch._utils.get_tensor_metadata(t) == flags
+    # Detached tensors carry the flags (as on CUDA-like backends: TensorImpl clones them); views
+    # and results of ops are new tensors without them.
+    assert torch._utils.get_tensor_metadata(t.detach()) == flags
+    assert torch._utils.get_tensor_metadata(t[1:]) == {}
+    assert torch._utils.get_tensor_metadata(t + 1) == {}
+    path = tmp_path / "t.pt"
+    torch.save(t, path)
+    loaded = torch.load(path)
+    assert loaded.device.type == "neuron" and torch._utils.get_tensor_metadata(loaded) == flags
+    on_cpu = torch.load(path, map_location="cpu")
+    assert on_cpu.is_cpu and torch._utils.get_tensor_metadata(on_cpu) == {}
+    # The conj/neg bits stay PyTorch's; an empty dict clears the device's flags.
+    torch._utils.set_tensor_metadata(t, {})
+    assert torch._utils.get_tensor_metadata(t) == {}
