@@ -110,3 +110,13 @@ def test_fused_cells_check_shapes():
         torch.ops.aten._thnn_fused_lstm_cell(g, g, torch.zeros(2, 3, device="neuron"))
     with pytest.raises(RuntimeError, match="_thnn_fused_gru_cell: input_gates and hidden_gates"):
         torch.ops.aten._thnn_fused_gru_cell(g, torch.zeros(2, 9, device="neuron"), torch.zeros(2, 3, device="neuron"))
+
+
+def test_quantized_results_raise_a_clear_error():
+    x = torch.randn(3, 4, device="neuron")
+    with pytest.warns(UserWarning, match="deprecated"), pytest.raises(
+        RuntimeError, match="aten::quantize_per_tensor: quantized tensors .* are not supported on neuron"
+    ):
+        torch.quantize_per_tensor(x, 0.1, 10, torch.qint8)
+    q = torch.quantize_per_tensor(x.cpu(), 0.1, 10, torch.qint8)  # the CPU path keeps working
+    assert q.is_quantized and q.device.type == "cpu"
