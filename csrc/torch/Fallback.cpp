@@ -20,6 +20,8 @@
 #include "DtypeContract.h"
 #include "NeuronGenerator.h"
 #include "OpTracker.h"
+#include "runtime/device_clock.h"
+#include "runtime/trace.h"
 
 namespace neuron::torch_glue {
 namespace {
@@ -155,10 +157,28 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
 
   if (try_view_fallback(op, stack)) return;
 
+  // The fallback on the device timeline (profiler traces): from here to the last copy back,
+  // on both clocks. Its estimated cost is what it does: waits, copies and the host op.
+  struct TimelineMark {
+    const std::string& name;
+    std::optional<c10::Device>& target;
+    bool tracing = rt::Tracer::get().enabled();
+    rt::ClockReading start = tracing ? rt::DeviceClock::get().read() : rt::ClockReading{};
+    ~TimelineMark() {
+      if (!tracing || !target) return;
+      const rt::ClockReading end = rt::DeviceClock::get().read();
+      const int dev = target->has_index() ? target->index() : rt::current_device();
+      rt::Tracer::get().record(rt::TraceEvent{rt::intern("cpu_fallback::" + name), dev,
+                                              rt::kFallbackRow, start.real_ns, end.real_ns, 0,
+                                              start.real_ns, start.est_host_ns, end.est_host_ns});
+    }
+  };
+
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
   const size_t begin = stack->size() - n;
   std::optional<c10::Device> target;
+  TimelineMark mark{name, target};
 
   // 1. Inputs to the host; keep each neuron original next to its CPU copy.
   struct Arg {
