@@ -534,3 +534,68 @@ def test_unmodeled_apis_raise_naming_themselves():
         rng(_rand(4, 4))
     with pytest.raises(NotImplementedError, match="nki.collectives.all_gather"):
         all_gather()
+
+
+# ---------------------------------------------------------------------------------------------
+# ap(scalar_offset=<SBUF tensor>): the offset is a value in SBUF, read when the access runs
+
+
+@nki.jit
+def rows_at_sbuf_positions(table, positions):
+    """Copies table row positions[0, j] into output row j, the offset coming from an SBUF
+    tile (as block KV caches and MoE expert selection do), along dim 0 or through a view."""
+    n, d = positions.shape[1], table.shape[1]
+    out = nl.ndarray((n, d), table.dtype, buffer=nl.shared_hbm)
+    pos = nl.ndarray((1, n), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=pos, src=positions)
+    for j in nl.affine_range(n):
+        row = nl.ndarray((1, d), table.dtype, buffer=nl.sbuf)
+        src = table.ap(pattern=[[d, 1], [1, d]], offset=0, scalar_offset=pos[0:1, j : j + 1], indirect_dim=0)
+        nisa.dma_copy(dst=row, src=src)
+        nisa.dma_copy(dst=out[j : j + 1, :], src=row)
+    return out
+
+
+def test_scalar_offset_from_sbuf_tensor():
+    table = _rand(16, 8)
+    for p in ([[3, 0, 15, 3]], [[7, 1, 2, 9]]):  # same trace, new runtime values
+        positions = np.array(p, np.int32)
+        np.testing.assert_array_equal(rows_at_sbuf_positions(table, positions), table[positions[0]])
+
+
+def test_scalar_offset_tensor_must_be_one_on_chip_element():
+    table, positions = _rand(16, 8), np.array([[1, 2]], np.int32)
+
+    @nki.jit
+    def two_elements(table, positions):
+        out = nl.ndarray((1, 8), table.dtype, buffer=nl.shared_hbm)
+        pos = nl.ndarray((1, 2), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=pos, src=positions)
+        row = nl.ndarray((1, 8), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=pos))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    with pytest.raises(Exception, match="one element"):
+        two_elements(table, positions)
+
+    @nki.jit
+    def from_hbm(table, positions):
+        out = nl.ndarray((1, 8), table.dtype, buffer=nl.shared_hbm)
+        row = nl.ndarray((1, 8), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=positions[0:1, 0:1]))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    with pytest.raises(TypeError, match="on chip"):
+        from_hbm(table, positions)
+
+
+def test_numpy_understands_nki_low_precision_dtypes():
+    """Tutorials write ``np.random.rand(...).astype(nl.bfloat16)`` on the host."""
+    import ml_dtypes
+
+    a = np.array([1.0, 1.00390625 + 2**-9], np.float32).astype(nl.bfloat16)
+    assert a.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert float(a[1]) == 1.0078125  # rounded to the nearest bf16 (7 stored mantissa bits)
+    assert np.zeros(2).astype(nl.float8_e5m2).dtype == np.dtype(ml_dtypes.float8_e5m2)
