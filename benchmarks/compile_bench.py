@@ -86,6 +86,9 @@ class Case:
     iters: int
     rtol: float = 1e-4
     atol: float = 1e-4
+    # Instead of rtol/atol: max |difference| / max |reference| (bf16 models, whose libraries
+    # accumulate in other orders).
+    max_rel: float | None = None
 
 
 def _inference(model, args, iters, rtol=1e-4, atol=1e-4, out=lambda r: r) -> Case:
@@ -170,8 +173,8 @@ def build_case(name: str, device: str, quick: bool) -> Case:
             with torch.no_grad():
                 return fn(tok, positions[0]).float()
 
-        # bf16 weights; GEMV accumulation order differs between libraries: relative 2e-2.
-        return Case(m, step, output, False, 5 * scale, 2e-2, 2e-2)
+        # bf16 weights and activations; accumulation orders differ between libraries.
+        return Case(m, step, output, False, 5 * scale, max_rel=5e-2)
     if name == "hf_llama":
         import transformers
 
@@ -239,12 +242,18 @@ def bench_case(name: str, quick: bool) -> dict:
     cpu_s, cpu_out = run_cpu_child(name, cpu_variants, quick)
     neu = measure(name, "neuron", neuron_variants, quick)
     case = build_case(name, "cpu", quick)
+    max_rel = 0.0
     for v, r in neu.items():  # every neuron variant gives what Inductor gives
-        torch.testing.assert_close(r["out"], cpu_out["compiled"], rtol=case.rtol, atol=case.atol,
+        ref = cpu_out["compiled"]
+        max_rel = max(max_rel, ((r["out"] - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item())
+        if case.max_rel is not None:
+            assert max_rel <= case.max_rel, f"{name}: neuron {v} vs Inductor: relative difference {max_rel:.3g}"
+            continue
+        torch.testing.assert_close(r["out"], ref, rtol=case.rtol, atol=case.atol,
                                    msg=lambda m, v=v: f"{name}: neuron {v} vs Inductor: {m}")
     us = {f"neuron_{v}_us": r["s"] * 1e6 for v, r in neu.items()}
     us.update({("inductor_cpu_us" if v == "compiled" else f"cpu_{v}_us"): s * 1e6 for v, s in cpu_s.items()})
-    out = {**us, "vs_neuron_eager": us["neuron_eager_us"] / us["neuron_compiled_us"],
+    out = {**us, "max_relative_diff_vs_inductor": max_rel, "vs_neuron_eager": us["neuron_eager_us"] / us["neuron_compiled_us"],
            "vs_inductor": us["inductor_cpu_us"] / us["neuron_compiled_us"]}
     if name == "step3":
         out["vs_dynamo_eager"] = us["neuron_dynamo_eager_us"] / us["neuron_compiled_us"]
