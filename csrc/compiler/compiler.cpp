@@ -151,10 +151,8 @@ Compiled compile(Graph g, const CompileOptions& opts) {
   if (opts.opt_level >= 2) {
     run("fuse_attention", fuse_attention);
     run("canonicalize", canonicalize);
+    run("dce", dce);
   }
-  run("expand_composites", expand_composites);
-  run("cse", cse);
-  run("dce", dce);
   if (opts.opt_level >= 1) {
     run("fuse_elementwise", [](Graph& x) { return fuse_elementwise(x); });
   } else {

@@ -5,13 +5,17 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "dense.h"
 #include "error.h"
 #include "kernels/attention.h"
 #include "kernels/copy.h"
+#include "kernels/norm.h"
+#include "kernels/softmax.h"
 #include "program.h"
 #include "runtime/env.h"
+#include "staging.h"
 
 namespace neuron::cc {
 
@@ -94,6 +98,78 @@ void fill_value(const kernels::TensorRef& t, double v) {
     src.strides[d] = 0;
   }
   kernels::copy(t, src);
+}
+
+// A [N] parameter (weight, bias or their gradients) from the [1, N] rows view of its tensor.
+kernels::TensorRef param_ref(const dense::StagedRows& p) {
+  kernels::TensorRef r = p.rows();
+  r.ndim = 1;
+  r.sizes[0] = p.rows().sizes[1];
+  r.strides[0] = p.rows().strides[1];
+  return r;
+}
+
+// Layer norm on the kernels' routines (kernels/norm.h, what eager runs) over [rows, normalized]
+// views of the step's tensors.
+void layer_norm(const Step& s, const Buffers& b) {
+  auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
+  const int axis = static_cast<int>(s.ints.at(0));
+  size_t k = 0;
+  dense::StagedRows x(T(k++), axis);
+  std::optional<dense::StagedRows> w, bias;
+  if (s.ints.at(1)) w.emplace(T(k++), 0);
+  if (s.ints.at(2)) bias.emplace(T(k++), 0);
+  dense::StagedRows out(T(k), axis), mean(T(k + 1), axis), rstd(T(k + 2), axis);
+  if (x.rows().sizes[0] == 0) return;
+  x.in();
+  kernels::TensorRef wr, br;  // data == nullptr: no parameter
+  if (w) {
+    w->in();
+    wr = param_ref(*w);
+  }
+  if (bias) {
+    bias->in();
+    br = param_ref(*bias);
+  }
+  kernels::layer_norm_forward(out.rows(), mean.column(), rstd.column(), x.rows(), wr, br,
+                              s.floats.at(0));
+  for (dense::StagedRows* t : {&out, &mean, &rstd}) t->done();
+}
+
+void layer_norm_backward(const Step& s, const Buffers& b) {
+  auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
+  const int axis = static_cast<int>(s.ints.at(0));
+  const bool has_w = s.ints.at(1) != 0;
+  dense::StagedRows gy(T(0), axis), x(T(1), axis), mean(T(2), axis), rstd(T(3), axis);
+  std::optional<dense::StagedRows> w;
+  size_t k = 4;
+  if (has_w) w.emplace(T(k++), 0);
+  dense::StagedRows gx(T(k), axis), gw(T(k + 1), 0), gb(T(k + 2), 0);
+  const bool want_gx = s.ints.at(3) != 0, want_gw = has_w && s.ints.at(4) != 0,
+             want_gb = s.ints.at(5) != 0;
+  if (x.rows().sizes[0] == 0 || x.rows().sizes[1] == 0) {
+    const uint64_t zero = 0;
+    for (dense::StagedRows* t : {&gw, &gb})
+      if (t->dense().numel()) {
+        kernels::fill(t->dense(), &zero);
+        t->done();
+      }
+    return;
+  }
+  for (dense::StagedRows* t : {&gy, &x, &mean, &rstd}) t->in();
+  kernels::TensorRef wr, gxr, gwr, gbr;  // data == nullptr: not given / not wanted
+  if (w) {
+    w->in();
+    wr = param_ref(*w);
+  }
+  if (want_gx) gxr = gx.rows();
+  if (want_gw) gwr = param_ref(gw);
+  if (want_gb) gbr = param_ref(gb);
+  kernels::layer_norm_backward(gxr, gwr, gbr, gy.rows(), x.rows(), mean.column(), rstd.column(),
+                               wr);
+  if (want_gx) gx.done();
+  if (want_gw) gw.done();
+  if (want_gb) gb.done();
 }
 
 void run_step(const Step& s, const Buffers& b) {
@@ -234,6 +310,17 @@ void run_step(const Step& s, const Buffers& b) {
     case StepKind::AvgPoolBackward:
       dense::avg_pool_backward(T(0), T(1), pool_params(s, false));
       return;
+    case StepKind::Softmax:
+      kernels::softmax_forward(T(1), T(0), static_cast<int>(s.ints.at(0)), s.ints.at(1) != 0);
+      return;
+    case StepKind::SoftmaxBackward:
+      kernels::softmax_backward(T(2), T(0), T(1), static_cast<int>(s.ints.at(0)),
+                                s.ints.at(1) != 0);
+      return;
+    case StepKind::LayerNorm:
+      return layer_norm(s, b);
+    case StepKind::LayerNormBackward:
+      return layer_norm_backward(s, b);
     case StepKind::Custom: {
       const size_t nin = static_cast<size_t>(s.ints.at(0));
       std::vector<kernels::TensorRef> ins, outs;

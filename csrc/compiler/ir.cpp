@@ -705,6 +705,35 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           if (in(0).shape != pool_out_shape(n, in(1).shape))
             bad(n, "grad shape does not match the pooling");
           return {in(1)};
+        case Op::layer_norm:
+        case Op::layer_norm_backward: {
+          // Rows are the dims before `axis`, normalized elements the dims from it on; the
+          // statistics keep the normalized dims as size 1 (ATen's layout).
+          const bool bwd = n.op == Op::layer_norm_backward;
+          const TensorType& x = in(bwd ? 1 : 0);
+          const int64_t axis = n.attrs.i("axis");
+          if (axis < 0 || axis > x.rank()) bad(n, "axis out of range");
+          const Shape norm(x.shape.begin() + axis, x.shape.end());
+          Shape stat(x.shape.begin(), x.shape.begin() + axis);
+          stat.resize(x.shape.size(), 1);
+          const int has_w = static_cast<int>(n.attrs.i("has_weight", 0));
+          const int has_b = bwd ? 0 : static_cast<int>(n.attrs.i("has_bias", 0));
+          if (nin != (bwd ? 4 : 1) + has_w + has_b) bad(n, "inputs do not match has_weight/has_bias");
+          const int first_param = bwd ? 4 : 1;
+          for (int i = first_param; i < nin; ++i)
+            if (in(i).shape != norm || !is_float(in(i).dtype))
+              bad(n, rt::str("weight/bias must be floating ", shape_str(norm)));
+          if (!is_float(x.dtype)) bad(n, "input must be floating");
+          if (!bwd) {
+            const DType sd = static_cast<DType>(n.attrs.i("stat_dtype"));
+            return {x, TensorType{sd, stat}, TensorType{sd, stat}};
+          }
+          if (in(0).shape != x.shape) bad(n, "grad_out must have the input's shape");
+          if (in(2).shape != stat || in(3).shape != stat)
+            bad(n, rt::str("mean/rstd must be ", shape_str(stat)));
+          const TensorType p = has_w ? in(4) : TensorType{x.dtype, norm};
+          return {x, p, p};
+        }
         default:
           break;
       }

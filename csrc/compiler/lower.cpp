@@ -789,6 +789,33 @@ class Lowerer {
         }
         break;
       }
+      case Op::layer_norm:
+      case Op::layer_norm_backward: {
+        const bool bwd = n.op == Op::layer_norm_backward;
+        s.kind = bwd ? StepKind::LayerNormBackward : StepKind::LayerNorm;
+        for (size_t k = 0; k < n.inputs.size(); ++k) s.tensors.push_back(in_view(k));
+        s.ints = {n.attrs.i("axis"), n.attrs.i("has_weight", 0), n.attrs.i("has_bias", 0)};
+        UseInfo& u = const_cast<UseInfo&>(uses_);
+        for (int o : n.outputs) {
+          s.tensors.push_back(root_desc(o));
+          if (bwd) s.ints.push_back(u.num_uses(o) > 0 ? 1 : 0);
+        }
+        s.floats = {bwd ? 0.0 : n.attrs.f("eps")};
+        break;
+      }
+      case Op::softmax:
+      case Op::log_softmax:
+      case Op::softmax_backward:
+      case Op::log_softmax_backward: {
+        const bool bwd = n.op == Op::softmax_backward || n.op == Op::log_softmax_backward;
+        s.kind = bwd ? StepKind::SoftmaxBackward : StepKind::Softmax;
+        s.tensors = {in_view(0)};
+        if (bwd) s.tensors.push_back(in_view(1));
+        s.tensors.push_back(root_desc(n.outputs[0]));
+        s.ints = {normalize_dim(n.attrs.i("dim"), g_.type(n.inputs[0]).rank(), op_name(n.op)),
+                  n.op == Op::log_softmax || n.op == Op::log_softmax_backward ? 1 : 0};
+        break;
+      }
       case Op::custom:
         s.kind = StepKind::Custom;
         s.text = n.attrs.s("target");

@@ -24,8 +24,6 @@ PassStats canonicalize(Graph& g);
 PassStats fold_constants(Graph& g, int64_t max_elements = 1 << 20);
 // matmul -> [scale] -> [+mask] -> softmax -> matmul becomes one `attention` node.
 PassStats fuse_attention(Graph& g);
-// softmax/log_softmax and their backward ops become elementwise ops and reductions.
-PassStats expand_composites(Graph& g);
 // Groups elementwise ops, reductions and views into `fused` nodes (one VM kernel each).
 PassStats fuse_elementwise(Graph& g, int max_members = 96);
 // A fused elementwise kernel that only post-processes a matmul result becomes its epilogue.

@@ -43,6 +43,14 @@ const char* step_kind_name(StepKind k) {
       return "custom";
     case StepKind::AttentionBackward:
       return "attention_backward";
+    case StepKind::Softmax:
+      return "softmax";
+    case StepKind::SoftmaxBackward:
+      return "softmax_backward";
+    case StepKind::LayerNorm:
+      return "layer_norm";
+    case StepKind::LayerNormBackward:
+      return "layer_norm_backward";
   }
   return "?";
 }

@@ -50,8 +50,13 @@ enum class StepKind : uint8_t {
   Custom,           // tensors: inputs then outputs; ints: n_inputs; text: target; payload
   AttentionBackward,  // tensors: dout, q, k, v, out, lse, dq, dk, dv [, mask]; floats: scale;
                       // ints: causal, has_mask
+  Softmax,            // tensors: input, out; ints: dim, log
+  SoftmaxBackward,    // tensors: grad_out, out, grad_in; ints: dim, log
+  LayerNorm,          // tensors: x, [w], [b], out, mean, rstd; ints: axis, has_w, has_b; floats: eps
+  LayerNormBackward,  // tensors: grad_out, x, mean, rstd, [w], dx, dw, db;
+                      // ints: axis, has_w, 0, want dx, want dw, want db
 };
-constexpr int kNumStepKinds = static_cast<int>(StepKind::AttentionBackward) + 1;
+constexpr int kNumStepKinds = static_cast<int>(StepKind::LayerNormBackward) + 1;
 const char* step_kind_name(StepKind k);
 
 struct Step {

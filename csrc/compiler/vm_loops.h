@@ -79,6 +79,10 @@ const LoopTable* loops_avx2();  // nullptr when the CPU lacks AVX2/FMA/F16C
 #include <limits>
 #include <type_traits>
 
+#include <stdexcept>
+#include <string>
+
+#include "kernels/elementwise.h"
 #include "vm.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -102,162 +106,24 @@ inline uint32_t as_u(float f) {
 inline float fmin_(float a, float b) { return a < b ? a : b; }
 inline float fmax_(float a, float b) { return a > b ? a : b; }
 
-// ---- fp32 math: branch-free polynomial approximations (Cephes-style) that vectorize ----
+// ---- fp32 math: the eager ops' own loops (kernels/elementwise.h), so that compiled and eager
+// transcendental math give the same bits; the AVX2 build takes the kernels' AVX2 clone.
 
-inline float round_magic(float t) {  // nearest integer for |t| < 2^22
-  return (t + 12582912.0f) - 12582912.0f;
-}
+#if defined(__AVX2__)
+constexpr bool kAvx2Clone = true;
+#else
+constexpr bool kAvx2Clone = false;
+#endif
 
-inline float exp_f(float x) {
-  const float xc = fmin_(fmax_(x, -87.33654f), 88.72283f);
-  const float n = round_magic(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t e = static_cast<int32_t>(n) + 127;
-  float res = p * as_f(static_cast<uint32_t>(e) << 23);
-  res = x > 88.72283f ? std::numeric_limits<float>::infinity() : res;
-  res = x < -87.33654f ? 0.0f : res;
-  return x != x ? x : res;
-}
-
-inline float log_f(float x) {
-  // Denormals: scale up by 2^23 first.
-  const bool tiny = x < 1.17549435e-38f;
-  const float xs = tiny ? x * 8388608.0f : x;
-  const uint32_t u = as_u(xs);
-  int32_t e = static_cast<int32_t>((u >> 23) & 0xff) - 126;
-  float m = as_f((u & 0x807fffffu) | 0x3f000000u);  // [0.5, 1)
-  const bool small = m < 0.707106781186547524f;
-  e = small ? e - 1 : e;
-  m = small ? m + m - 1.0f : m - 1.0f;
-  const float fe = static_cast<float>(e) - (tiny ? 23.0f : 0.0f);
-  const float z = m * m;
-  float y = 7.0376836292e-2f;
-  y = y * m - 1.1514610310e-1f;
-  y = y * m + 1.1676998740e-1f;
-  y = y * m - 1.2420140846e-1f;
-  y = y * m + 1.4249322787e-1f;
-  y = y * m - 1.6668057665e-1f;
-  y = y * m + 2.0000714765e-1f;
-  y = y * m - 2.4999993993e-1f;
-  y = y * m + 3.3333331174e-1f;
-  y = y * m * z;
-  y += fe * -2.12194440e-4f;
-  y += -0.5f * z;
-  float r = m + y;
-  r += fe * 0.693359375f;
-  r = x == std::numeric_limits<float>::infinity() ? x : r;
-  r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
-  r = (x < 0.0f || x != x) ? std::numeric_limits<float>::quiet_NaN() : r;
-  return r;
-}
-
-inline float tanh_f(float x) {
-  const float ax = x < 0 ? -x : x;
-  const float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float small = p * z * x + x;
-  const float e = exp_f(2.0f * fmin_(ax, 20.0f));
-  float big = 1.0f - 2.0f / (e + 1.0f);
-  big = x < 0 ? -big : big;
-  const float r = ax < 0.625f ? small : big;
-  return x != x ? x : r;
-}
-
-inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
-
-inline float erf_small(float x) {  // |x| < 1: Maclaurin series in x^2
-  const float z = x * x;
-  float p = 1.0f / 76204800.0f;
-  p = p * z - 1.0f / 6894720.0f;
-  p = p * z + 1.0f / 685440.0f;
-  p = p * z - 1.0f / 75600.0f;
-  p = p * z + 1.0f / 9360.0f;
-  p = p * z - 1.0f / 1320.0f;
-  p = p * z + 1.0f / 216.0f;
-  p = p * z - 1.0f / 42.0f;
-  p = p * z + 1.0f / 10.0f;
-  p = p * z - 1.0f / 3.0f;
-  p = p * z + 1.0f;
-  return 1.1283791670955126f * x * p;
-}
-
-inline float erfc_pos(float ax) {  // ax >= 0: Chebyshev fit, relative error < 1.2e-7
-  const float t = 1.0f / (1.0f + 0.5f * ax);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
-  return t * exp_f(-ax * ax + p);
-}
-
-inline float erf_f(float x) {
-  const float ax = x < 0 ? -x : x;
-  const float big = 1.0f - erfc_pos(ax);
-  const float r = ax < 1.0f ? erf_small(x) : (x < 0 ? -big : big);
-  return x != x ? x : r;
-}
-
-inline float erfc_f(float x) {
-  const float ax = x < 0 ? -x : x;
-  const float c = erfc_pos(ax);
-  const float r = ax < 1.0f ? 1.0f - erf_small(x) : (x < 0 ? 2.0f - c : c);
-  return x != x ? x : r;
-}
-
-// sin/cos for |x| < 8192 (larger arguments are redone with libm by the caller).
-inline void sincos_core(float x, float* s_out, float* c_out) {
-  const float ax = x < 0 ? -x : x;
-  int32_t j = static_cast<int32_t>(ax * 1.27323954473516f);
-  j = (j + 1) & ~1;
-  const float y = static_cast<float>(j);
-  const float r =
-      ((ax - y * 0.78515625f) - y * 2.4187564849853515625e-4f) - y * 3.77489497744594108e-8f;
-  const float z = r * r;
-  float ps = -1.9515295891e-4f;
-  ps = ps * z + 8.3321608736e-3f;
-  ps = ps * z - 1.6666654611e-1f;
-  const float sn = ps * z * r + r;
-  float pc = 2.443315711809948e-5f;
-  pc = pc * z - 1.388731625493765e-3f;
-  pc = pc * z + 4.166664568298827e-2f;
-  const float cs = pc * z * z - 0.5f * z + 1.0f;
-  const int32_t q = j & 7;
-  const bool swap = (q & 2) != 0;
-  float s = swap ? cs : sn;
-  float c = swap ? sn : cs;
-  s = (q & 4) ? -s : s;
-  s = x < 0 ? -s : s;
-  c = ((q + 2) & 4) ? -c : c;
-  *s_out = s;
-  *c_out = c;
-}
-inline float sin_f(float x) {
-  float s, c;
-  sincos_core(x, &s, &c);
-  return s;
-}
-inline float cos_f(float x) {
-  float s, c;
-  sincos_core(x, &s, &c);
-  return c;
+template <kernels::EwOp Op>
+void u_eager(float* d, const float* a, int64_t n) {
+  static const kernels::EwF32Fn fn = [] {
+    const kernels::EwF32Fn f = kernels::ew_f32_kernel(Op, kAvx2Clone);
+    if (!f) throw std::logic_error(std::string("VM: no fp32 kernel for ") + kernels::ew_name(Op));
+    return f;
+  }();
+  const void* in[1] = {a};
+  fn(kernels::EwParams{}, d, in, n);
 }
 
 inline float bf16_round(float f) {
@@ -336,19 +202,6 @@ void u_neg(float* d, const float* a, int64_t n) {
 void u_abs(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return std::fabs(x); });
 }
-void u_exp(float* d, const float* a, int64_t n) { un_loop(d, a, n, exp_f); }
-void u_exp2(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return exp_f(x * 0.693147180559945f); });
-}
-VM_LIBM(u_expm1, std::expm1(x))
-void u_log(float* d, const float* a, int64_t n) { un_loop(d, a, n, log_f); }
-void u_log2(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return log_f(x) * 1.44269504088896f; });
-}
-void u_log10(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return log_f(x) * 0.434294481903252f; });
-}
-VM_LIBM(u_log1p, std::log1p(x))
 void u_sqrt(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return std::sqrt(x); });
 }
@@ -358,43 +211,9 @@ void u_rsqrt(float* d, const float* a, int64_t n) {
 void u_recip(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return 1.0f / x; });
 }
-void u_sin(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, sin_f);
-  for (int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(a[i]) < 8192.0f)) d[i] = std::sin(a[i]);
-}
-void u_cos(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, cos_f);
-  for (int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(a[i]) < 8192.0f)) d[i] = std::cos(a[i]);
-}
-VM_LIBM(u_tan, std::tan(x))
-VM_LIBM(u_asin, std::asin(x))
-VM_LIBM(u_acos, std::acos(x))
-VM_LIBM(u_atan, std::atan(x))
-VM_LIBM(u_sinh, std::sinh(x))
-VM_LIBM(u_cosh, std::cosh(x))
-void u_tanh(float* d, const float* a, int64_t n) { un_loop(d, a, n, tanh_f); }
-VM_LIBM(u_asinh, std::asinh(x))
-VM_LIBM(u_acosh, std::acosh(x))
-VM_LIBM(u_atanh, std::atanh(x))
-void u_sigmoid(float* d, const float* a, int64_t n) { un_loop(d, a, n, sigmoid_f); }
 void u_relu(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return x < 0.0f ? 0.0f : x; });
 }
-void u_gelu(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return 0.5f * x * (1.0f + erf_f(x * 0.70710678118654752f)); });
-}
-void u_gelu_tanh(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) {
-    return 0.5f * x * (1.0f + tanh_f(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-  });
-}
-void u_silu(float* d, const float* a, int64_t n) {
-  un_loop(d, a, n, [](float x) { return x / (1.0f + exp_f(-x)); });
-}
-void u_erf(float* d, const float* a, int64_t n) { un_loop(d, a, n, erf_f); }
-void u_erfc(float* d, const float* a, int64_t n) { un_loop(d, a, n, erfc_f); }
 void u_floor(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return std::floor(x); });
 }
@@ -885,35 +704,35 @@ LoopTable make_table(const char* isa) {
   U(Opc::Copy, u_copy);
   U(Opc::Neg, u_neg);
   U(Opc::Abs, u_abs);
-  U(Opc::Exp, u_exp);
-  U(Opc::Exp2, u_exp2);
-  U(Opc::Expm1, u_expm1);
-  U(Opc::Log, u_log);
-  U(Opc::Log2, u_log2);
-  U(Opc::Log10, u_log10);
-  U(Opc::Log1p, u_log1p);
+  U(Opc::Exp, u_eager<kernels::EwOp::Exp>);
+  U(Opc::Exp2, u_eager<kernels::EwOp::Exp2>);
+  U(Opc::Expm1, u_eager<kernels::EwOp::Expm1>);
+  U(Opc::Log, u_eager<kernels::EwOp::Log>);
+  U(Opc::Log2, u_eager<kernels::EwOp::Log2>);
+  U(Opc::Log10, u_eager<kernels::EwOp::Log10>);
+  U(Opc::Log1p, u_eager<kernels::EwOp::Log1p>);
   U(Opc::Sqrt, u_sqrt);
   U(Opc::Rsqrt, u_rsqrt);
   U(Opc::Recip, u_recip);
-  U(Opc::Sin, u_sin);
-  U(Opc::Cos, u_cos);
-  U(Opc::Tan, u_tan);
-  U(Opc::Asin, u_asin);
-  U(Opc::Acos, u_acos);
-  U(Opc::Atan, u_atan);
-  U(Opc::Sinh, u_sinh);
-  U(Opc::Cosh, u_cosh);
-  U(Opc::Tanh, u_tanh);
-  U(Opc::Asinh, u_asinh);
-  U(Opc::Acosh, u_acosh);
-  U(Opc::Atanh, u_atanh);
-  U(Opc::Sigmoid, u_sigmoid);
+  U(Opc::Sin, u_eager<kernels::EwOp::Sin>);
+  U(Opc::Cos, u_eager<kernels::EwOp::Cos>);
+  U(Opc::Tan, u_eager<kernels::EwOp::Tan>);
+  U(Opc::Asin, u_eager<kernels::EwOp::Asin>);
+  U(Opc::Acos, u_eager<kernels::EwOp::Acos>);
+  U(Opc::Atan, u_eager<kernels::EwOp::Atan>);
+  U(Opc::Sinh, u_eager<kernels::EwOp::Sinh>);
+  U(Opc::Cosh, u_eager<kernels::EwOp::Cosh>);
+  U(Opc::Tanh, u_eager<kernels::EwOp::Tanh>);
+  U(Opc::Asinh, u_eager<kernels::EwOp::Asinh>);
+  U(Opc::Acosh, u_eager<kernels::EwOp::Acosh>);
+  U(Opc::Atanh, u_eager<kernels::EwOp::Atanh>);
+  U(Opc::Sigmoid, u_eager<kernels::EwOp::Sigmoid>);
   U(Opc::Relu, u_relu);
-  U(Opc::Gelu, u_gelu);
-  U(Opc::GeluTanh, u_gelu_tanh);
-  U(Opc::Silu, u_silu);
-  U(Opc::Erf, u_erf);
-  U(Opc::Erfc, u_erfc);
+  U(Opc::Gelu, u_eager<kernels::EwOp::Gelu>);
+  U(Opc::GeluTanh, u_eager<kernels::EwOp::GeluTanh>);
+  U(Opc::Silu, u_eager<kernels::EwOp::Silu>);
+  U(Opc::Erf, u_eager<kernels::EwOp::Erf>);
+  U(Opc::Erfc, u_eager<kernels::EwOp::Erfc>);
   U(Opc::Floor, u_floor);
   U(Opc::Ceil, u_ceil);
   U(Opc::Round, u_round);

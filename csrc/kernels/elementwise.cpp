@@ -78,6 +78,20 @@ const EwEntry* find_entry(EwOp op, DType compute) {
   return e.fn ? &e : nullptr;
 }
 
+}  // namespace
+
+EwF32Fn ew_f32_kernel(EwOp op, bool avx2_clone) {
+  if (op >= EwOp::kCount) return nullptr;
+  const EwTable& t = avx2_clone ? avx2::table() : portable::table();
+  const EwEntry& e = t.rows[static_cast<int>(op)][ew_compute_slot(DType::Float32)];
+  if (!e.fn || e.out != DType::Float32) return nullptr;
+  for (int k = 0; k < e.arity; ++k)
+    if (e.in[k] != DType::Float32) return nullptr;
+  return e.fn;
+}
+
+namespace {
+
 // Elements per chunk: the buffers of 4 operands (8 bytes each) stay within 16 KiB of L1.
 constexpr int64_t kChunk = 512;
 

@@ -170,4 +170,11 @@ bool elementwise_supports(EwOp op, DType compute);
 void elementwise(EwOp op, DType compute, const EwParams& p, const TensorRef* operands,
                  int num_operands);
 
+// The routine the eager op runs for one chunk of contiguous fp32 operands: out[i] = op(in[0][i],
+// ...) for i < n (out may alias an input). For fused loops of other layers (the compiler's VM)
+// that must give the eager op's bits: `avx2` picks the AVX2 clone (only after simd_level()
+// returned Avx2), else the portable one. nullptr when `op` does not compute fp32 -> fp32.
+using EwF32Fn = void (*)(const EwParams& p, void* out, const void* const* in, int64_t n);
+EwF32Fn ew_f32_kernel(EwOp op, bool avx2);
+
 }  // namespace neuron::kernels

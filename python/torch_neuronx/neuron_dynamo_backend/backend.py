@@ -73,10 +73,15 @@ def _opt_level() -> int:
 class CompiledGraph:
     """A lowered aten graph: one NEFF, called with the graph's placeholders in order."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, example_inputs: Sequence[Any] | None = None) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, example_inputs: Sequence[Any] | None = None,
+                 lowering: Lowering | None = None) -> None:
+        """`lowering`: the graph already lowered (by the support analysis, with nothing
+        unsupported found), so it is not lowered twice."""
         self.name = name
-        L = Lowering(gm, name, example_inputs=example_inputs)
-        L.run()
+        L = lowering
+        if L is None:
+            L = Lowering(gm, name, example_inputs=example_inputs)
+            L.run()
         self.template = self._output_template(gm, L)
         self.n_inputs = len(L.input_index)
         self.sources = sorted(L.sources)
@@ -93,6 +98,8 @@ class CompiledGraph:
         )
         _forward_cc_warnings()
         metrics.record_compile(self.exe.source)
+        for op in L.nki_ops:
+            metrics.record_nki_op(op)
         log.debug("neuron: graph %s -> %s (%s)", name, self.exe.key, self.exe.source)
 
     @staticmethod
@@ -120,13 +127,16 @@ def _tensor_inputs_only(gm: torch.fx.GraphModule) -> bool:
     )
 
 
-def _unsupported_nodes(gm: torch.fx.GraphModule, name: str, example_inputs=None) -> dict[torch.fx.Node, str]:
+def _unsupported_nodes(gm: torch.fx.GraphModule, name: str,
+                       example_inputs=None) -> tuple[Lowering | None, dict[torch.fx.Node, str]]:
+    """The graph lowered in tolerant mode and the nodes it could not lower (with reasons); the
+    lowering is None when the whole graph is unsupported."""
     L = Lowering(gm, name, tolerant=True, example_inputs=example_inputs)
     try:
         L.run()
     except Unsupported as e:  # not tied to one node (e.g. an input type)
-        return {n: str(e) for n in gm.graph.nodes if n.op == "call_function"}
-    return L.unsupported
+        return None, {n: str(e) for n in gm.graph.nodes if n.op == "call_function"}
+    return L, L.unsupported
 
 
 class _Partitioned(torch.nn.Module):
@@ -176,10 +186,9 @@ def _compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if not any(n.op == "call_function" for n in gm.graph.nodes):
         return _boxed(gm)  # nothing to compute: returns inputs/constants
     scatter_rewrite.rewrite_slice_index_put(gm)
-    bad = _unsupported_nodes(gm, name, example_inputs)
+    L, bad = _unsupported_nodes(gm, name, example_inputs)
     if not bad:
-        cg = CompiledGraph(gm, name, example_inputs)
-        return _boxed(cg)
+        return _boxed(CompiledGraph(gm, name, example_inputs, lowering=L))
     ops = {}
     for n, why in bad.items():
         ops.setdefault(_op_name(n), why)

@@ -1,9 +1,9 @@
 """The decomposition table AOT autograd applies before the Neuron compiler sees a graph.
 
-Core ATen decompositions, minus the ops the compiler lowers as a whole (softmax and its
-backward stay single ops so the attention/softmax fusions can see them), plus decompositions
-of composite training ops (layer norm, batch norm, losses, embedding backward) into ops the
-compiler lowers.
+Core ATen decompositions, minus the ops the compiler lowers as a whole (softmax and layer norm
+and their backward run the eager kernels; softmax stays whole so the attention fusion can see
+it), plus decompositions of composite training ops (batch norm, losses, embedding backward)
+into ops the compiler lowers.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ _KEEP = [
     aten._log_softmax_backward_data,
     aten.gelu,
     aten.silu,
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
     aten.embedding,
     aten.index_copy,
     aten.addmm,
@@ -50,8 +52,6 @@ _KEEP = [
 
 # Decomposed into ops the compiler lowers.
 _ADD = [
-    aten.native_layer_norm,
-    aten.native_layer_norm_backward,
     aten.native_batch_norm,
     aten.native_batch_norm_backward,
     aten._native_batch_norm_legit,

@@ -105,6 +105,8 @@ class Lowering:
         # What the NKI ops' bodies and kernels read while traced (nki._deps manifests, None
         # when one cannot be checked in another process).
         self.nki_deps: list = []
+        # Names of the NKI ops lowered as `custom` nodes (one entry per node).
+        self.nki_ops: list[str] = []
 
     # ---- helpers -------------------------------------------------------------------------
     def type(self, v: int) -> tuple[torch.dtype, list[int]]:
@@ -1068,7 +1070,7 @@ def _conv(L, n, x, w, bias, stride, padding, dilation, transposed, output_paddin
     if transposed:
         raise Unsupported("transposed convolution")
     sp = len(L.type(x)[1]) - 2
-    if sp not in (1, 2) or L.type(x)[0] not in (torch.float32, torch.bfloat16, torch.float16):
+    if sp not in (1, 2, 3) or L.type(x)[0] not in (torch.float32, torch.bfloat16, torch.float16):
         raise Unsupported(f"{sp}-D convolution of {L.type(x)[0]}")
     attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": groups}
     if any(isinstance(p, str) for p in padding):
@@ -1082,11 +1084,49 @@ def _conv_bwd(L, n, gy, x, w, bias_sizes, stride, padding, dilation, transposed,
     if transposed:
         raise Unsupported("transposed convolution")
     sp = len(L.type(x)[1]) - 2
-    if sp not in (1, 2):
+    if sp not in (1, 2, 3):
         raise Unsupported(f"{sp}-D convolution")
     attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": groups}
     gi, gw, gb = L.node("conv_backward", [gy, x, w], attrs)
     return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None)
+
+
+def _ln_stat_dtype(L, x, weight) -> torch.dtype:
+    """The dtype the eager layer norm keeps mean/rstd in (the input's, fp32 for 16-bit inputs
+    with fp32 weights); the graph may declare another one (AOT's meta says fp32)."""
+    dt = L.type(x)[0]
+    if dt in (torch.bfloat16, torch.float16) and weight is not None and L.type(weight)[0] == torch.float32:
+        return torch.float32
+    return dt
+
+
+@rule(aten.native_layer_norm)
+def _layer_norm(L, n, x, normalized_shape, weight, bias, eps):
+    """One `layer_norm` step on the eager kernel: out, mean and rstd as eager computes them,
+    mean/rstd then cast to the dtype the graph declares."""
+    dt, shape = L.type(x)
+    if not _is_float(dt):
+        raise Unsupported(f"layer_norm of {dt}")
+    axis = len(shape) - len(normalized_shape)
+    if axis < 0 or list(shape[axis:]) != list(normalized_shape):
+        raise Unsupported("layer_norm: normalized_shape does not match the input")
+    ins = [x] + [p for p in (weight, bias) if p is not None]
+    attrs = {"axis": axis, "eps": float(eps), "has_weight": int(weight is not None),
+             "has_bias": int(bias is not None), "stat_dtype": dtype_code(_ln_stat_dtype(L, x, weight))}
+    out, mean, rstd = L.node("layer_norm", ins, attrs)
+    declared = n.meta["val"][1].dtype
+    return (out, L.cast(mean, declared), L.cast(rstd, declared))
+
+
+@rule(aten.native_layer_norm_backward)
+def _layer_norm_bwd(L, n, grad_out, x, normalized_shape, mean, rstd, weight, bias, mask):
+    axis = len(L.type(x)[1]) - len(normalized_shape)
+    sd = _ln_stat_dtype(L, x, weight)  # exact: the forward's values were computed in it
+    ins = [L.cast(grad_out, L.type(x)[0]), x, L.cast(mean, sd), L.cast(rstd, sd)]
+    ins += [weight] if weight is not None else []
+    gx, gw, gb = L.node("layer_norm_backward", ins, {"axis": axis, "has_weight": int(weight is not None)})
+    return (gx if mask[0] else None, gw if mask[1] and weight is not None else None,
+            gb if mask[2] and bias is not None else None)
 
 
 @rule(aten.max_pool2d_with_indices)
