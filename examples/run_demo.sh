@@ -19,6 +19,8 @@ echo "################ Lab 1, Step 2: eager mode training ################"
 echo
 echo "################ Lab 1, Step 3: torch.compile(backend=\"neuron\") ################"
 (cd examples/lab1 && ../../$PY torch_compile.py)
+echo "---- Step 3 Additional: eager vs compiled, synchronize + 100 calls (this host and Trainium2 est.)"
+(cd examples/lab1 && ../../$PY compile_speedup.py)
 
 echo
 echo "################ Lab 1, Step 4: NKI kernel as a PyTorch op (@nki_op) ################"

@@ -538,6 +538,24 @@ void run(const std::vector<kernels::TensorRef>& inputs,
   for (size_t k : copy_out) kernels::copy(staged[k].node, staged[k].dense);
 }
 
+double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& dp) {
+  const std::shared_ptr<const Prepared> prep = prepare(payload);
+  double ns = 0;
+  for (const Op& o : prep->plan.ops) {
+    if (o.kind == OpKind::Launch) {
+      std::vector<const nki::Program*> progs;
+      for (int32_t k : o.programs) progs.push_back(prep->programs[static_cast<size_t>(k)].get());
+      ns += nki::nki_launch_ns(progs, dp.lnc);
+      continue;
+    }
+    int64_t n = 1;
+    for (int64_t d : o.dst.sizes) n *= d;
+    const double bytes = static_cast<double>(n) * static_cast<double>(kernels::element_size(o.dst.dtype));
+    ns += nki::work_ns(nki::WorkCost{o.kind == OpKind::Copy ? 2 * bytes : bytes, 0, 0}, dp);
+  }
+  return ns;
+}
+
 void register_kernel() {
   static std::once_flag once;
   std::call_once(once, [] {

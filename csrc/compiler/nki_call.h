@@ -18,6 +18,7 @@
 
 #include "ir.h"
 #include "kernels/tensor_ref.h"
+#include "nki/device_time.h"
 
 namespace neuron::cc::nki_call {
 
@@ -96,6 +97,10 @@ std::string describe(std::string_view payload);
 // file:line, rule and values).
 void run(const std::vector<kernels::TensorRef>& inputs,
          const std::vector<kernels::TensorRef>& outputs, const std::string& payload);
+
+// Estimated Trainium2 time of a plan (nki/device_time.h): every launch at its NKI cost-model
+// estimate, copies and fills at HBM bandwidth.
+double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& p);
 
 // Registers run() as the custom kernel "nki" (idempotent).
 void register_kernel();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <unordered_set>
 
+#include "runtime/device_clock.h"
 #include "runtime/error.h"
 #include "runtime/internal.h"
 #include "runtime/interrupt.h"
@@ -75,15 +76,19 @@ void Stream::ensure_worker() {
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
 }
 
-uint64_t Stream::enqueue(const char* name, TaskFn fn) {
+uint64_t Stream::enqueue(const char* name, TaskFn fn, double est_ns) {
   uint64_t seq;
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ensure_worker();
-    queue_.push_back(Task{name, std::move(fn)});
+    // Placed under the lock so the estimated timeline follows queue order.
+    const DeviceClock::Placed at = DeviceClock::get().launch(device_, est_ns);
+    est_end_.store(at.end_ns, std::memory_order_relaxed);
     // Numbered under the lock so sequence numbers follow queue order.
     seq = launched_.load(std::memory_order_relaxed) + 1;
+    const int64_t launched_at = Tracer::get().enabled() ? now_ns() : 0;
+    queue_.push_back(Task{name, std::move(fn), seq, launched_at, at.start_ns, at.end_ns});
     launched_.store(seq, std::memory_order_release);
     wake = sleeping_;
   }
@@ -91,11 +96,11 @@ uint64_t Stream::enqueue(const char* name, TaskFn fn) {
   return seq;
 }
 
-void Stream::launch(const char* name, TaskFn fn) {
+void Stream::launch(const char* name, TaskFn fn, double est_ns) {
   if (has_error_.load(std::memory_order_relaxed)) [[unlikely]]
     check_error();
   detail::check_not_bad_fork();
-  const uint64_t seq = enqueue(name, std::move(fn));
+  const uint64_t seq = enqueue(name, std::move(fn), est_ns);
   if (detail::g_launch_blocking.load(std::memory_order_relaxed)) [[unlikely]] {
     // A task launching onto its own stream cannot wait for itself; it stays asynchronous.
     if (detail::current_worker_stream() != this) {
@@ -143,7 +148,9 @@ void Stream::run_task(Task& t) {
   } catch (...) {
     set_error(t.name, std::current_exception());
   }
-  if (tracing) Tracer::get().record(TraceEvent{t.name, device_, id_, start, now_ns()});
+  if (tracing)
+    Tracer::get().record(
+        TraceEvent{t.name, device_, id_, start, now_ns(), t.seq, t.launch_ns, t.est_start, t.est_end});
   completed_.fetch_add(1, std::memory_order_seq_cst);
   // Pairs with the waiters_ increment in wait_completed(): either the waiter sees the new
   // count, or we see the waiter and wake it under done_mu_.
@@ -192,6 +199,23 @@ void Stream::check_error() {
 }
 
 void Stream::wait_completed(uint64_t seq) const {
+  // A host wait ends on the estimated clock when the estimated device is done, even when this
+  // machine already finished the work. Waits of stream workers are device-side.
+  if (detail::current_worker_stream() == nullptr) {
+    DeviceClock& clock = DeviceClock::get();
+    clock.host_wait_begin();
+    struct End {
+      DeviceClock& c;
+      int64_t until;
+      ~End() { c.host_wait_end(until); }
+    } end{clock, est_end_.load(std::memory_order_relaxed)};
+    wait_completed_impl(seq);
+    return;
+  }
+  wait_completed_impl(seq);
+}
+
+void Stream::wait_completed_impl(uint64_t seq) const {
   if (completed_.load(std::memory_order_acquire) >= seq) return;
   detail::check_not_bad_fork();
   NEURON_RT_CHECK(detail::current_worker_stream() != this, "a task on neuron:", device_,

@@ -36,7 +36,8 @@ class Stream {
   // Enqueues `fn`. `name` (static lifetime: a literal or intern()) names the work in errors
   // and traces. First rethrows (and clears) a pending error of this stream. In
   // launch-blocking mode, waits for the task and rethrows its error immediately.
-  void launch(const char* name, TaskFn fn);
+  // `est_ns` is the task's estimated Trainium2 duration (device_clock.h; 0: no device time).
+  void launch(const char* name, TaskFn fn, double est_ns = 0);
 
   // Waits until every task launched so far has finished; rethrows (and clears) a pending error.
   void synchronize();
@@ -61,9 +62,13 @@ class Stream {
   struct Task {
     const char* name;
     TaskFn fn;
+    uint64_t seq = 0;
+    int64_t launch_ns = 0;               // host launch time when tracing
+    int64_t est_start = 0, est_end = 0;  // on the estimated Trainium2 clock
   };
   // Queues `fn` and returns its sequence number; never throws a pending task error.
-  uint64_t enqueue(const char* name, TaskFn fn);
+  uint64_t enqueue(const char* name, TaskFn fn, double est_ns = 0);
+  void wait_completed_impl(uint64_t seq) const;
   void worker_loop();
   void ensure_worker();  // called with mu_ held
   void run_task(Task& t);
@@ -79,6 +84,7 @@ class Stream {
   bool stop_ = false;
   std::thread worker_;
   std::atomic<uint64_t> launched_{0};
+  std::atomic<int64_t> est_end_{0};  // estimated end of the last launched task
   alignas(64) std::atomic<uint64_t> completed_{0};  // own cache line: written by the worker
   // Host waiters block on done_cv_; the worker takes done_mu_ only while waiters_ > 0, so a
   // completed task costs one atomic load when nobody waits.

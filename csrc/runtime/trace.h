@@ -15,6 +15,10 @@ struct TraceEvent {
   int64_t stream;
   int64_t start_ns;   // steady-clock nanoseconds
   int64_t end_ns;
+  uint64_t seq = 0;            // the task's number on its stream
+  int64_t launch_ns = 0;       // when the host launched it (steady clock)
+  int64_t est_start_ns = 0;    // estimated Trainium2 clock (device_clock.h)
+  int64_t est_end_ns = 0;
 };
 
 class Tracer {
@@ -30,5 +34,8 @@ class Tracer {
 };
 
 int64_t now_ns();
+
+// The trace row (stream id) of CPU fallbacks: the host runs the op while the device waits.
+inline constexpr int64_t kFallbackRow = -1;
 
 }  // namespace neuron::rt

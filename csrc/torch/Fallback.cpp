@@ -20,6 +20,8 @@
 #include "DtypeContract.h"
 #include "NeuronGenerator.h"
 #include "OpTracker.h"
+#include "runtime/device_clock.h"
+#include "runtime/trace.h"
 
 namespace neuron::torch_glue {
 namespace {
@@ -75,6 +77,14 @@ void dtype_contract_check(const at::Tensor& t, const at::Tensor& host, const std
   if (!t.defined() || !dtype_contract::is_64bit(t.scalar_type())) return;
   dtype_contract::note(t.scalar_type());
   if (dtype_contract::strict()) dtype_contract::check_host_tensor(host, op.c_str());
+}
+
+// A quantized CPU result cannot move to the device: neuron has no quantized tensor storage (no
+// QuantizedPrivateUse1 kernels), and ATen's own error would only name aten::empty_quantized.
+void check_not_quantized(const at::Tensor& t, const std::string& op) {
+  TORCH_CHECK(!t.defined() || !t.is_quantized(), op, ": quantized tensors (", t.scalar_type(),
+              ") are not supported on neuron; quantize on the CPU (e.g. ",
+              "torch.quantize_per_tensor(x.cpu(), ...))");
 }
 
 // Recreates the meta result of a view op as the same view of the neuron input.
@@ -147,10 +157,28 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
 
   if (try_view_fallback(op, stack)) return;
 
+  // The fallback on the device timeline (profiler traces): from here to the last copy back,
+  // on both clocks. Its estimated cost is what it does: waits, copies and the host op.
+  struct TimelineMark {
+    const std::string& name;
+    std::optional<c10::Device>& target;
+    bool tracing = rt::Tracer::get().enabled();
+    rt::ClockReading start = tracing ? rt::DeviceClock::get().read() : rt::ClockReading{};
+    ~TimelineMark() {
+      if (!tracing || !target) return;
+      const rt::ClockReading end = rt::DeviceClock::get().read();
+      const int dev = target->has_index() ? target->index() : rt::current_device();
+      rt::Tracer::get().record(rt::TraceEvent{rt::intern("cpu_fallback::" + name), dev,
+                                              rt::kFallbackRow, start.real_ns, end.real_ns, 0,
+                                              start.real_ns, start.est_host_ns, end.est_host_ns});
+    }
+  };
+
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
   const size_t begin = stack->size() - n;
   std::optional<c10::Device> target;
+  TimelineMark mark{name, target};
 
   // 1. Inputs to the host; keep each neuron original next to its CPU copy.
   struct Arg {
@@ -263,11 +291,15 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     if (!target) continue;  // no neuron input: results stay where the CPU kernel put them
     if (r.isTensor()) {
       const at::Tensor t = r.toTensor();
+      check_not_quantized(t, name);
       if (t.defined() && t.device().is_cpu()) dtype_contract_check(t, t, name);
       if (t.defined() && t.device().is_cpu()) r = c10::IValue(t.to(*target));
     } else if (r.isTensorList()) {
       c10::List<at::Tensor> l;
-      for (const at::Tensor& t : r.toTensorVector()) l.push_back(t.defined() ? t.to(*target) : t);
+      for (const at::Tensor& t : r.toTensorVector()) {
+        check_not_quantized(t, name);
+        l.push_back(t.defined() ? t.to(*target) : t);
+      }
       r = c10::IValue(l);
     }
   }

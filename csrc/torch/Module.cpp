@@ -5,13 +5,17 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "Common.h"
+#include "DeviceTime.h"
 #include "Interrupt.h"
 #include "NeuronGenerator.h"
 #include "NkiBindings.h"
 #include "OpTracker.h"
 #include "RealStackFallback.h"
+#include "profiler/NeuronActivityProfiler.h"
+#include "runtime/device_clock.h"
 #include "runtime/event.h"
 #include "runtime/thread_pool.h"
+#include "runtime/trace.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -173,6 +177,57 @@ PYBIND11_MODULE(_C, m) {
 
   // Defines _ProcessGroupNeuron; call after `import torch.distributed`.
   m.def("_init_distributed", [m]() mutable { bind_distributed(m); });
+
+  // The estimated Trainium2 clock (runtime/device_clock.h): one reading, in nanoseconds.
+  m.def("_device_clock", [] {
+    device_time_params();  // the cost model's constants are in place before the first reading
+    const rt::ClockReading r = rt::DeviceClock::get().read();
+    py::dict d;
+    d["est_host_ns"] = r.est_host_ns;
+    d["real_ns"] = r.real_ns;
+    d["device_free_ns"] = r.device_free_ns;
+    d["device_busy_ns"] = r.device_busy_ns;
+    d["tasks"] = r.tasks;
+    d["host_waits"] = r.host_waits;
+    return d;
+  });
+  // The last torch.profiler session's device tasks and CPU fallbacks, both clocks.
+  m.def("_profiler_last_session", [] {
+    py::list out;
+    for (const SessionEvent& e : last_profiler_session()) {
+      py::dict d;
+      d["name"] = e.name;
+      d["device"] = e.device;
+      d["stream"] = e.stream;
+      d["seq"] = e.seq;
+      d["start_us"] = e.start_us;
+      d["end_us"] = e.end_us;
+      d["launch_us"] = e.launch_us;
+      d["est_start_us"] = e.est_start_us;
+      d["est_end_us"] = e.est_end_us;
+      d["fallback"] = e.stream == rt::kFallbackRow;
+      out.append(d);
+    }
+    return out;
+  });
+  // The cost model's constants for this topology (docs/cost-model.md, "Whole programs").
+  m.def("_device_time_params", [] {
+    const nki::DeviceTimeParams& p = device_time_params();
+    py::dict d;
+    d["eager_launch_ns"] = p.eager_launch_ns;
+    d["neff_launch_ns"] = p.neff_launch_ns;
+    d["kernel_boundary_ns"] = p.kernel_boundary_ns;
+    d["pcie_latency_ns"] = p.pcie_latency_ns;
+    d["pcie_bytes_per_ns"] = p.pcie_bytes_per_ns;
+    d["host_wake_ns"] = p.host_wake_ns;
+    d["hbm_bytes_per_ns"] = p.hbm_bytes_per_ns();
+    d["peak_bf16_tflops"] = p.core.peak_bf16_tflops * p.lnc;
+    d["peak_fp32_tflops"] = p.core.peak_fp32_tflops * p.lnc;
+    d["neuronlink_bytes_per_ns"] = p.neuronlink_bytes_per_ns;
+    d["collective_step_ns"] = p.collective_step_ns;
+    d["logical_cores_per_device"] = p.logical_cores_per_device;
+    return d;
+  });
 
   m.def("_get_fallback_ops", [] { return fallback_ops(); });
   m.def("_get_executed_ops", [] { return executed_ops(); });

@@ -19,13 +19,14 @@ class SimpleModel(nn.Module):
         return self.linear2(self.relu(self.linear1(x)))
 
 
-device = torch.device("neuron")
-model = SimpleModel().to(device)
-compiled_model = torch.compile(model, backend="neuron")
+if __name__ == "__main__":  # compile_speedup.py imports SimpleModel
+    device = torch.device("neuron")
+    model = SimpleModel().to(device)
+    compiled_model = torch.compile(model, backend="neuron")
 
-x = torch.randn(2, 10).to(device)
-with torch.no_grad():
-    output = compiled_model(x)
+    x = torch.randn(2, 10).to(device)
+    with torch.no_grad():
+        output = compiled_model(x)
 
-print(f"Input shape:  {x.shape}")
-print(f"Output shape: {output.shape}")
+    print(f"Input shape:  {x.shape}")
+    print(f"Output shape: {output.shape}")

@@ -15,6 +15,7 @@ import difflib
 import importlib
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -326,5 +327,10 @@ def test_run_py_prints_the_lab_report(variant):
     desc = importlib.import_module(MODULES[variant]).DESCRIPTION
     assert f"Model   : {variant} — {desc}" in r.stdout
     assert "Tokens generated: 4" in r.stdout and "Throughput      :" in r.stdout
+    # One more line after the guide's: the Trainium2 estimate next to this host's figure.
+    lines = r.stdout.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("Throughput      :"))
+    host = lines[i].split(":")[1].strip()
+    assert re.fullmatch(r"Trainium2 est\. : \d+\.\d tok/s  \(cost model; this host: " + re.escape(host) + r"\)", lines[i + 1])
     ids = r.stdout.split("Generated IDs: ")[1].splitlines()[0]
     assert len(eval(ids)) == 4

@@ -13,6 +13,8 @@
 #include <unordered_map>
 
 #include "../Common.h"
+#include "../DeviceTime.h"
+#include "compiler/device_time.h"
 #include "compiler/cache.h"
 #include "compiler/compiler.h"
 #include "compiler/dense.h"
@@ -290,12 +292,33 @@ class Executable {
     for (const at::Tensor& c : consts) bufs.constants.push_back(c.numel() ? c.data_ptr() : nullptr);
     bufs.arena = arena_ptr;
     std::shared_ptr<const cc::Neff> neff = neff_;
-    launch(dev.index(), task_name_,
-           [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); });
+    launch_est(dev.index(), task_name_,
+               [neff, bufs = std::move(bufs)] { cc::execute(neff->program, bufs); },
+               program_time().total_ns);
     cc::add_metric("executions", 1);
     for (auto& [orig, staged] : write_back) orig.copy_(staged);
     for (auto& o : outs) result.append(py::cast(o));
     return result;
+  }
+
+  // The program's estimated Trainium2 time (compiler/device_time.h), computed once.
+  const cc::ProgramTime& program_time() {
+    std::call_once(time_once_, [this] {
+      time_ = cc::estimate_program(neff_->program, device_time_params());
+    });
+    return time_;
+  }
+  py::dict estimate() {
+    const cc::ProgramTime& t = program_time();
+    py::dict d;
+    d["launch_us"] = t.launch_ns / 1e3;
+    d["total_us"] = t.total_ns / 1e3;
+    py::list steps;
+    for (const cc::StepTime& s : t.steps)
+      steps.append(py::make_tuple(s.name, std::string(cc::step_kind_name(s.kind)), s.ns / 1e3,
+                                  s.work.hbm_bytes, s.work.flops_bf16 + s.work.flops_fp32));
+    d["steps"] = steps;
+    return d;
   }
 
   std::string key() const { return key_; }
@@ -346,6 +369,8 @@ class Executable {
   std::shared_ptr<const cc::Neff> neff_;
   std::string key_, graph_hash_, source_, path_;
   const char* task_name_ = nullptr;
+  std::once_flag time_once_;
+  cc::ProgramTime time_;
   std::mutex mu_;
   std::unordered_map<int, std::vector<at::Tensor>> consts_;
 };
@@ -539,7 +564,8 @@ void init_compiler_bindings(py::module& parent) {
       .def_property_readonly("source", &Executable::source)
       .def_property_readonly("path", &Executable::path)
       .def("describe", &Executable::describe)
-      .def("info", &Executable::info);
+      .def("info", &Executable::info)
+      .def("estimate", &Executable::estimate);
   m.def("compile", &compile_graph, py::arg("builder"), py::arg("options") = py::dict());
   m.def("load_cached", &load_cached, py::arg("key"), py::arg("graph_hash") = "");
   m.def("cache_file_write", &cache_file_write, py::arg("path"), py::arg("kind"), py::arg("key"),

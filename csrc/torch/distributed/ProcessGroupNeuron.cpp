@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../Common.h"
+#include "../DeviceTime.h"
 #include "GlooLink.h"
 #include "Watchdog.h"
 #include "kernels/collective_reduce.h"
@@ -399,6 +400,52 @@ rt::CollectiveDesc ProcessGroupNeuron::describe(const char* op, const std::vecto
   return d;
 }
 
+namespace {
+
+// Estimated Trainium2 time of a collective (nki/device_time.h): a ring over the group's
+// logical cores, sized by the larger of what a rank sends and receives.
+double collective_est_ns(c10d::OpType type, const std::vector<at::Tensor>& in,
+                         const std::vector<at::Tensor>& out, int ranks) {
+  using C = nki::Collective;
+  C kind = C::Broadcast;
+  switch (type) {
+    case c10d::OpType::ALLREDUCE:
+    case c10d::OpType::ALLREDUCE_COALESCED:
+      kind = C::AllReduce;
+      break;
+    case c10d::OpType::ALLGATHER:
+    case c10d::OpType::_ALLGATHER_BASE:
+    case c10d::OpType::ALLGATHER_COALESCED:
+      kind = C::AllGather;
+      break;
+    case c10d::OpType::REDUCE_SCATTER:
+    case c10d::OpType::_REDUCE_SCATTER_BASE:
+      kind = C::ReduceScatter;
+      break;
+    case c10d::OpType::ALLTOALL:
+    case c10d::OpType::ALLTOALL_BASE:
+      kind = C::AllToAll;
+      break;
+    case c10d::OpType::BARRIER:
+      kind = C::Barrier;
+      break;
+    case c10d::OpType::SEND:
+    case c10d::OpType::RECV:
+    case c10d::OpType::RECVANYSOURCE:
+      kind = C::SendRecv;
+      break;
+    default:
+      break;
+  }
+  double bin = 0, bout = 0;
+  for (const at::Tensor& t : in) bin += tensor_bytes(t);
+  for (const at::Tensor& t : out) bout += tensor_bytes(t);
+  const double bytes = std::max(bin, bout);
+  return nki::collective_ns(kind, bytes, kind == C::SendRecv ? 2 : ranks, device_time_params());
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, const char* name, rt::Stream& stream,
                                                           const std::vector<at::Tensor>& tensors,
                                                           std::vector<at::Tensor> outputs, std::function<void()> task) {
@@ -413,7 +460,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, con
       for (const at::Tensor& t : tensors)
         if (t.numel()) rt_device(device).allocator().record_stream(t.storage().data_ptr().get(), &stream);
     }
-    stream.launch(name, std::move(task));
+    stream.launch(name, std::move(task), collective_est_ns(type, tensors, outputs, getSize()));
     auto done = std::make_shared<rt::Event>();
     done->record(stream);
     const bool blocking = type == c10d::OpType::BARRIER;

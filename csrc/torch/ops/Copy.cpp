@@ -6,6 +6,7 @@
 #include <ATen/MemoryOverlap.h>
 
 #include "../Common.h"
+#include "../DeviceTime.h"
 #include "../DtypeContract.h"
 #include "../NeuronAllocator.h"
 #include "kernels/copy.h"
@@ -68,7 +69,8 @@ void copy_h2d(const at::Tensor& dst, const at::Tensor& src_in, bool non_blocking
   const auto dev = dst.device().index();
   rt::Stream& stream = current_stream(dev);
   const bool async = non_blocking && src.is_same(src_in) && storage_is_pinned(src);
-  launch(dev, "neuron::copy_h2d", [d, s] { kernels::copy(d, s); });
+  launch_est(dev, "neuron::copy_h2d", [d, s] { kernels::copy(d, s); },
+             nki::transfer_ns(tensor_bytes(dst), device_time_params()));
   if (async) {
     record_pinned_use(src.data_ptr(), stream, stream.launched());
   } else {
@@ -82,7 +84,8 @@ void copy_d2h(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   rt::Stream& stream = current_stream(dev);
   if (make_copy_refs(dst, src, d, s)) {
     const bool async = non_blocking && storage_is_pinned(dst);
-    launch(dev, "neuron::copy_d2h", [d, s] { kernels::copy(d, s); });
+    launch_est(dev, "neuron::copy_d2h", [d, s] { kernels::copy(d, s); },
+               nki::transfer_ns(tensor_bytes(src), device_time_params()));
     if (async) {
       record_pinned_use(dst.data_ptr(), stream, stream.launched());
     } else {
@@ -117,7 +120,7 @@ void copy_d2d(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
       rt_device(src).allocator().record_stream(src.storage().data_ptr().get(), &dstream);
     });
   }
-  launch(ddev, "neuron::copy_d2d", [d, s] { kernels::copy(d, s); });
+  launch_op(ddev, "neuron::copy_d2d", [d, s] { kernels::copy(d, s); }, bytes_of({&dst, &src}));
   (void)non_blocking;  // device-to-device copies are always asynchronous
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "../Common.h"
+#include "../DeviceTime.h"
 #include "../DtypeContract.h"
 #include "kernels/dispatch.h"
 
@@ -129,12 +130,17 @@ bool launch_ew(const at::TensorIteratorBase& iter, const char* name, kernels::Ew
     }
   };
   const c10::DeviceIndex device = iter.device(0).index();
+  nki::WorkCost work;
+  for (int i = 0; i < nt; ++i)
+    if (!iter.is_cpu_scalar(i))
+      work.hbm_bytes += static_cast<double>(iter.numel()) *
+                        static_cast<double>(c10::elementSize(iter.dtype(i)));
   if (ndim <= kInlineDims) {
     EwTask t;
     t.ndim = static_cast<int8_t>(ndim);
     auto ref_of = [](EwTask& x, int i) -> SmallRef& { return x.refs[i]; };
     fill(t, ref_of);
-    launch(device, name, std::move(t));
+    launch_op(device, name, std::move(t), work);
   } else {
     WideEwTask t;
     auto ref_of = [ndim](WideEwTask& x, int i) -> kernels::TensorRef& {
@@ -142,7 +148,7 @@ bool launch_ew(const at::TensorIteratorBase& iter, const char* name, kernels::Ew
       return x.refs[i];
     };
     fill(t, ref_of);
-    launch(device, name, std::move(t));
+    launch_op(device, name, std::move(t), work);
   }
   return true;
 }

@@ -6,6 +6,7 @@
 #include <ATen/Operators.h>
 #include <torch/library.h>
 
+#include "../DeviceTime.h"
 #include "OpUtils.h"
 #include "kernels/copy.h"
 #include "kernels/gemm.h"
@@ -90,11 +91,14 @@ void queue_product(const char* name, const at::Tensor& out, const at::Tensor& a,
     tmp_ref = make_ref(target);
     out_ref = make_ref(out);
   }
-  launch_on(out, name, [p, copy_bias, bias_src, bias_dst, via_tmp, tmp_ref, out_ref] {
+  nki::WorkCost work = bytes_of({&a, &b, &out});
+  (a.scalar_type() == at::kFloat ? work.flops_fp32 : work.flops_bf16) =
+      2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.dim() ? a.size(-1) : 1);
+  launch_op(out.device().index(), name, [p, copy_bias, bias_src, bias_dst, via_tmp, tmp_ref, out_ref] {
     if (copy_bias) kernels::copy(bias_dst, bias_src);
     kernels::gemm(p);
     if (via_tmp) kernels::copy(out_ref, tmp_ref);
-  });
+  }, work);
 }
 
 void check_same_dtype(const char* op, const at::Tensor& a, const at::Tensor& b) {

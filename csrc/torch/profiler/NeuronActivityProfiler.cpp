@@ -14,10 +14,13 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unistd.h>
 
+#include "NeuronActivityProfiler.h"
+#include "runtime/device_clock.h"
 #include "runtime/runtime.h"
 #include "runtime/trace.h"
 
@@ -25,6 +28,9 @@ namespace neuron::torch_glue {
 namespace {
 
 using libkineto::ActivityType;
+
+std::mutex g_last_mu;
+std::vector<SessionEvent> g_last;
 
 libkineto::ActivityType activity_type(const char* name) {
   if (std::strstr(name, "copy_h2d") || std::strstr(name, "copy_d2h") || std::strstr(name, "copy_d2d"))
@@ -43,7 +49,10 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     const auto sys = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-    offset_ns_ = sys - rt::now_ns();
+    const rt::ClockReading r = rt::DeviceClock::get().read();
+    offset_ns_ = sys - r.real_ns;
+    real0_ = r.real_ns;
+    est0_ = r.est_host_ns;
     start_ns_ = sys;
     tracer.enable(true);
     status_ = libkineto::TraceStatus::RECORDING;
@@ -61,6 +70,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
     rt::Tracer& tracer = rt::Tracer::get();
     tracer.enable(false);
     events_ = tracer.drain();
+    publish();
     end_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();
@@ -72,17 +82,28 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   void processTrace(libkineto::ActivityLogger& logger) override {
     span_ = std::make_unique<libkineto::TraceSpan>(start_ns_, end_ns_, "neuron");
     for (const rt::TraceEvent& e : events_) {
+      if (e.stream == rt::kFallbackRow) continue;  // host work: in the Python export only
       libkineto::GenericTraceActivity a(*span_, activity_type(e.name), e.name);
       a.startTime = e.start_ns + offset_ns_;
       a.endTime = e.end_ns + offset_ns_;
       a.device = e.device;
       a.resource = e.stream;
       a.id = next_id_++;
+      a.addMetadataQuoted("seq", std::to_string(e.seq));
+      a.addMetadataQuoted("trn2_est_us", std::to_string((e.est_end_ns - e.est_start_ns) / 1e3));
       logger.handleGenericActivity(a);
     }
   }
 
-  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override { return nullptr; }
+  // Kineto names one device process per session: the first core's, "neuron:<i>" (the
+  // Python export names every core).
+  std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    if (events_.empty()) return nullptr;
+    int dev = events_[0].device;
+    for (const auto& e : events_) dev = std::min(dev, e.device);
+    const std::string name = "neuron:" + std::to_string(dev);
+    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{dev, dev, name, name});
+  }
 
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::set<std::pair<int, int64_t>> seen;
@@ -106,6 +127,19 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
   int64_t start_ns_ = 0;
   int64_t end_ns_ = 0;
   int64_t next_id_ = 1;
+  int64_t real0_ = 0, est0_ = 0;
+
+  void publish() {
+    std::vector<SessionEvent> out;
+    out.reserve(events_.size());
+    for (const rt::TraceEvent& e : events_)
+      out.push_back(SessionEvent{e.name, e.device, e.stream, e.seq, (e.start_ns - real0_) / 1e3,
+                                 (e.end_ns - real0_) / 1e3,
+                                 e.launch_ns ? (e.launch_ns - real0_) / 1e3 : 0.0,
+                                 (e.est_start_ns - est0_) / 1e3, (e.est_end_ns - est0_) / 1e3});
+    std::lock_guard<std::mutex> lock(g_last_mu);
+    g_last = std::move(out);
+  }
   std::vector<rt::TraceEvent> events_;
   std::vector<std::string> errors_;
   std::unique_ptr<libkineto::TraceSpan> span_;
@@ -139,5 +173,10 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
 }  // namespace
 
 REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
+
+std::vector<SessionEvent> last_profiler_session() {
+  std::lock_guard<std::mutex> lock(g_last_mu);
+  return g_last;
+}
 
 }  // namespace neuron::torch_glue

@@ -23,6 +23,7 @@ from ._device import (
     set_device,
     synchronize,
 )
+from .estimate import EstimatedTime, device_time_params, estimated_time
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -87,6 +88,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "EstimatedTime",
     "Event",
     "NeuronDeviceProperties",
     "Stream",
@@ -97,7 +99,9 @@ __all__ = [
     "device",
     "device_count",
     "device_of",
+    "device_time_params",
     "empty_cache",
+    "estimated_time",
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",

@@ -14,9 +14,13 @@ device time (a Kineto plugin in torch_neuronx._C): ``prof.key_averages()`` shows
 time per kernel, and the Chrome trace has one row per logical core and stream.
 ``NeuronProfiler.export_trace`` writes, under ``profile_output_dir``:
 
-- ``neuron_trace.json``: the Chrome/Perfetto trace (host ops and device activity),
-- ``neuron_summary.json`` and ``neuron_summary.txt``: device time per kernel and per core,
-  CPU-fallback ops, and (per mode) CPU utilisation and host/device memory.
+- ``neuron_trace.json``: the Chrome/Perfetto trace: host ops, device activity per logical core
+  (rows ``neuron:<i>``, with flow arrows from the host op that launched each task), the CPU
+  fallbacks on the device timeline, and an "estimated Trainium2" row per core (every task at
+  its cost-model estimate, docs/cost-model.md),
+- ``neuron_summary.json`` and ``neuron_summary.txt``: device time per kernel (measured here and
+  estimated for Trainium2) and per core, CPU-fallback ops, and (per mode) CPU utilisation and
+  host/device memory.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from typing import Any
 import torch
 from torch._C._profiler import _ExperimentalConfig
 
+from .. import _C
 from .._ops_tracking import get_fallback_ops
+from ._trace import annotate
 
 __all__ = ["NeuronConfig", "NeuronProfiler", "ProfileMode"]
 
@@ -102,6 +108,11 @@ class NeuronProfiler:
 
         events = trace.get("traceEvents", [])
         kept, dropped = self._filter(events)
+        estimate = None
+        if ProfileMode.DEVICE in cfg.modes:
+            cores = cfg.capture_enabled_for_nc
+            session = [s for s in _C._profiler_last_session() if cores is None or s["device"] in cores]
+            estimate = annotate(kept, session)
         trace["traceEvents"] = kept
         trace_path = os.path.join(out, "neuron_trace.json")
         tmp = trace_path + ".tmp"
@@ -109,7 +120,7 @@ class NeuronProfiler:
             json.dump(trace, f)
         os.replace(tmp, trace_path)
 
-        summary = self._summarize(kept, dropped)
+        summary = self._summarize(kept, dropped, estimate)
         self.last_summary = summary
         with open(os.path.join(out, "neuron_summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
@@ -142,7 +153,7 @@ class NeuronProfiler:
             kept.append(e)
         return kept, dropped
 
-    def _summarize(self, events: list[dict], dropped: int) -> dict[str, Any]:
+    def _summarize(self, events: list[dict], dropped: int, estimate: dict | None = None) -> dict[str, Any]:
         cfg = self.config
         kernels: dict[str, dict[str, float]] = {}
         cores: dict[int, float] = defaultdict(float)
@@ -175,6 +186,16 @@ class NeuronProfiler:
             "dropped_events": dropped,
             "cpu_fallback_ops": get_fallback_ops(),
         }
+        if estimate is not None:
+            est = estimate["kernels"]
+            for name, k in summary["kernels"].items():
+                k["trn2_est_us"] = est.get(name, {}).get("est_us", 0.0)
+            summary["trn2_estimate"] = {
+                "device_time_us": sum(k["est_us"] for k in est.values()),
+                "cpu_fallback_events": estimate["fallback_events"],
+                "flows": estimate["flows"],
+                "note": "cost model (docs/cost-model.md), not a measurement",
+            }
         if ProfileMode.CPU_UTIL in cfg.modes:
             wall = time.perf_counter() - self._t0
             now = os.times()
@@ -196,10 +217,16 @@ class NeuronProfiler:
     @staticmethod
     def format_summary(summary: dict[str, Any], top: int = 20) -> str:
         lines = [f"Neuron profile: {summary['device_time_us'] / 1000:.3f} ms of device time"]
-        lines.append(f"{'kernel':<48} {'calls':>7} {'device ms':>11} {'share':>7}")
+        est = summary.get("trn2_estimate")
+        if est is not None:
+            lines.append(f"Trainium2 estimate: {est['device_time_us'] / 1000:.3f} ms of device time ({est['note']})")
+        lines.append(f"{'kernel':<48} {'calls':>7} {'device ms':>11} {'share':>7} {'trn2 est. ms':>13}")
         total = summary["device_time_us"] or 1.0
         for name, k in list(summary["kernels"].items())[:top]:
-            lines.append(f"{name[:48]:<48} {k['calls']:>7} {k['device_us'] / 1000:>11.3f} {100 * k['device_us'] / total:>6.1f}%")
+            e = f"{k['trn2_est_us'] / 1000:>13.3f}" if "trn2_est_us" in k else f"{'-':>13}"
+            lines.append(
+                f"{name[:48]:<48} {k['calls']:>7} {k['device_us'] / 1000:>11.3f} {100 * k['device_us'] / total:>6.1f}% {e}"
+            )
         for core, c in summary["cores"].items():
             lines.append(f"{core}: busy {c['busy_us'] / 1000:.3f} ms of {c['span_us'] / 1000:.3f} ms "
                          f"({100 * c['utilization']:.1f}%)")

@@ -1,0 +1,74 @@
+#include "device_time.h"
+
+#include "nki_call.h"
+
+namespace neuron::cc {
+
+namespace {
+
+double numel(const TensorDesc& t) {
+  double n = 1;
+  for (int64_t d : t.sizes) n *= static_cast<double>(d);
+  return n;
+}
+
+double bytes(const TensorDesc& t) {
+  return numel(t) * static_cast<double>(kernels::element_size(t.dtype));
+}
+
+nki::WorkCost step_work(const Step& s) {
+  nki::WorkCost w;
+  for (const TensorDesc& t : s.tensors) w.hbm_bytes += bytes(t);
+  const auto add_flops = [&](double f, DType dt) {
+    (dt == DType::Float32 ? w.flops_fp32 : w.flops_bf16) += f;
+  };
+  switch (s.kind) {
+    case StepKind::Gemm:  // A [.., M, K], B, C [.., M, N]: 2 M N K per batch
+      if (s.tensors.size() >= 3 && !s.tensors[0].sizes.empty())
+        add_flops(2.0 * numel(s.tensors[2]) * static_cast<double>(s.tensors[0].sizes.back()),
+                  s.tensors[0].dtype);
+      break;
+    case StepKind::Attention:  // q [B, H, Sq, D], k [B, H, Sk, D]: QK^T and PV
+    case StepKind::AttentionBackward: {
+      const size_t qi = s.kind == StepKind::Attention ? 0 : 1;
+      if (s.tensors.size() > qi + 1 && s.tensors[qi + 1].sizes.size() >= 2) {
+        const auto& k = s.tensors[qi + 1].sizes;
+        const double f = 4.0 * numel(s.tensors[qi]) * static_cast<double>(k[k.size() - 2]);
+        add_flops(s.kind == StepKind::Attention ? f : 2.5 * f, s.tensors[qi].dtype);
+      }
+      break;
+    }
+    case StepKind::Conv:  // input, weight, [bias], out: 2 * out * (weight / out channels)
+      if (s.tensors.size() >= 3 && !s.tensors[1].sizes.empty()) {
+        const double per_out = numel(s.tensors[1]) / static_cast<double>(s.tensors[1].sizes[0]);
+        add_flops(2.0 * numel(s.tensors.back()) * per_out, s.tensors[0].dtype);
+      }
+      break;
+    default:
+      break;
+  }
+  return w;
+}
+
+}  // namespace
+
+ProgramTime estimate_program(const Program& prog, const nki::DeviceTimeParams& p) {
+  ProgramTime t;
+  t.launch_ns = p.neff_launch_ns;
+  t.total_ns = t.launch_ns;
+  for (const Step& s : prog.steps) {
+    StepTime st;
+    st.name = s.name;
+    st.kind = s.kind;
+    st.work = step_work(s);
+    if (s.kind == StepKind::Custom && s.text == nki_call::kTarget)
+      st.ns = p.kernel_boundary_ns + nki_call::estimate_ns(s.payload, p);
+    else
+      st.ns = p.kernel_boundary_ns + nki::work_ns(st.work, p);
+    t.total_ns += st.ns;
+    t.steps.push_back(std::move(st));
+  }
+  return t;
+}
+
+}  // namespace neuron::cc

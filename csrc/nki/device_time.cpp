@@ -1,0 +1,71 @@
+#include "device_time.h"
+
+#include <algorithm>
+
+namespace neuron::nki {
+
+DeviceTimeParams DeviceTimeParams::for_target(int nc_version, int lnc,
+                                              int logical_cores_per_device) {
+  DeviceTimeParams p;
+  p.core = CostParams::for_version(nc_version);
+  p.lnc = std::max(1, lnc);
+  p.logical_cores_per_device = std::max(1, logical_cores_per_device);
+  if (nc_version <= 2) p.neuronlink_bytes_per_ns = 768.0;  // NeuronLink-v2, 768 GB/s per chip
+  return p;
+}
+
+double work_ns(const WorkCost& w, const DeviceTimeParams& p) {
+  const double mem = w.hbm_bytes / p.hbm_bytes_per_ns();
+  // TFLOPS = 1e3 FLOP per ns.
+  const double mm = w.flops_bf16 / (p.core.peak_bf16_tflops * 1e3 * p.lnc) +
+                    w.flops_fp32 / (p.core.peak_fp32_tflops * 1e3 * p.lnc);
+  return std::max(mem, mm);
+}
+
+double eager_op_ns(const WorkCost& w, const DeviceTimeParams& p) {
+  return p.eager_launch_ns + work_ns(w, p);
+}
+
+double transfer_ns(double bytes, const DeviceTimeParams& p) {
+  return p.pcie_latency_ns + bytes / p.pcie_bytes_per_ns;
+}
+
+double fallback_ns(double d2h_bytes, double h2d_bytes, double host_op_ns,
+                   const DeviceTimeParams& p) {
+  return p.host_wake_ns + transfer_ns(d2h_bytes, p) + host_op_ns + transfer_ns(h2d_bytes, p);
+}
+
+double collective_ns(Collective c, double bytes, int ranks, const DeviceTimeParams& p) {
+  if (ranks <= 1) return 0;
+  const double link = p.neuronlink_bytes_per_ns / p.logical_cores_per_device;
+  double steps = ranks - 1;
+  double per_step = bytes / ranks;
+  switch (c) {
+    case Collective::AllReduce:
+      steps = 2.0 * (ranks - 1);
+      break;
+    case Collective::Barrier:
+      per_step = 0;
+      break;
+    case Collective::SendRecv:
+      steps = 1;
+      per_step = bytes;
+      break;
+    default:
+      break;
+  }
+  return steps * (p.collective_step_ns + per_step / link);
+}
+
+double nki_launch_ns(const std::vector<const Program*>& instances, int lnc) {
+  std::vector<double> core(static_cast<size_t>(std::max(1, lnc)), 0.0);
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const Program& prog = *instances[i];
+    const Estimate e =
+        estimate(prog, nullptr, CostParams::for_version(prog.target().nc_version), 0);
+    core[i % core.size()] += e.total_ns;
+  }
+  return *std::max_element(core.begin(), core.end());
+}
+
+}  // namespace neuron::nki
