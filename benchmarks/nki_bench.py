@@ -5,6 +5,11 @@
 2. Instructions per second on small tiles (the executor's per-instruction overhead).
 3. The cost model's Trainium2 estimate for that matmul next to the analytic bound
    (2*M*N*K / 79 TFLOPS bf16 per NeuronCore).
+4. Per-call overhead: a warm call of a 3-instruction kernel (load, add, store of a 128x4 tile)
+   on neuron tensors against an eager `add` + synchronize of the same tile.
+5. The decode MLP of Lab 2 (nkilib `mlp`, one token, the small model's shapes, weights as
+   nn.Linear stores them) on neuron tensors against the time to read its weights once at the
+   host's measured read bandwidth.
 
 Usage: python benchmarks/nki_bench.py [--size 2048] [--iters 5] [--skip-torch-bf16]
 Writes benchmarks/results/nki_bench.json.
@@ -20,7 +25,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import torch
-from _common import write_result
+from _common import read_bandwidth, write_result
 
 
 @nki.jit
@@ -87,6 +92,76 @@ def make_small_tile_kernel(ops: int):
     return many_small_instructions
 
 
+@nki.jit
+def add3(a, b):
+    """Three instructions: load both operands, add, store (the per-call overhead probe)."""
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nl.load(b)
+    nisa.tensor_tensor(dst=x, data1=x, data2=y, op=nl.add)
+    nl.store(out, x)
+    return out
+
+
+def timed_sync(fn, iters: int, repeats: int = 5) -> float:
+    """Median seconds per call of `fn` + torch.neuron.synchronize(), `iters` calls per sample."""
+    for _ in range(3):
+        fn()
+    torch.neuron.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+            torch.neuron.synchronize()
+        samples.append((time.perf_counter() - t0) / iters)
+    return statistics.median(samples)
+
+
+def overhead_and_decode() -> dict:
+    from nkilib.core.mlp.mlp import mlp
+    from nkilib.core.utils.common_types import WeightLayout
+
+    dev = torch.device("neuron")
+    a = torch.randn(128, 4, device=dev)
+    b = torch.randn(128, 4, device=dev)
+    nki_s = timed_sync(lambda: add3(a, b), 200)
+    eager_s = timed_sync(lambda: a + b, 200)
+    H, I = 512, 2048  # examples/lab2 "small"
+    bf = torch.bfloat16
+    x = torch.randn(1, 1, H, dtype=bf, device=dev)
+    wg, wu = (torch.randn(I, H, dtype=bf, device=dev) / H**0.5 for _ in range(2))
+    wd = torch.randn(H, I, dtype=bf, device=dev) / I**0.5
+    call = lambda: mlp(  # noqa: E731
+        hidden_tensor=x,
+        gate_proj_weights_tensor=wg,
+        up_proj_weights_tensor=wu,
+        down_proj_weights_tensor=wd,
+        weight_layout=WeightLayout.OUT_IN,
+    )
+    mlp_s = timed_sync(call, 20)
+    weight_bytes = 2 * (wg.numel() + wu.numel() + wd.numel())
+    bw = read_bandwidth()
+    plan = mlp.specialize(
+        hidden_tensor=x,
+        gate_proj_weights_tensor=wg,
+        up_proj_weights_tensor=wu,
+        down_proj_weights_tensor=wd,
+        weight_layout=WeightLayout.OUT_IN,
+    ).programs[0].plan
+    return {
+        "add3_neuron_seconds": nki_s,
+        "eager_add_sync_seconds": eager_s,
+        "add3_vs_eager": nki_s / eager_s,
+        "decode_mlp_seconds": mlp_s,
+        "decode_mlp_weight_bytes": weight_bytes,
+        "host_read_bandwidth_gb_s": bw / 1e9,
+        "decode_mlp_weight_read_seconds": weight_bytes / bw,
+        "decode_mlp_vs_weight_read": mlp_s / (weight_bytes / bw),
+        "decode_mlp_plan": {k: v for k, v in plan.items() if k != "elided"},
+    }
+
+
 def timed(fn, iters: int) -> float:
     fn()
     samples = []
@@ -151,7 +226,9 @@ def main() -> None:
     flops = 2 * S**3
     bound_us = flops / 79e12 * 1e6
 
+    over = overhead_and_decode()
     payload = {
+        "overhead_and_decode": over,
         "matmul": {
             "shape": [S, S, S],
             "dtype": "bfloat16",
@@ -201,6 +278,16 @@ def main() -> None:
         print(
             f"  [{k:>7}] {v['instructions_per_second'] / 1e6:6.2f} M instructions/s ({v['ns_per_instruction']:.0f} ns each)"
         )
+    print(
+        f"Per call: 3-instruction kernel on neuron tensors {over['add3_neuron_seconds'] * 1e6:.0f} us, "
+        f"eager add + sync {over['eager_add_sync_seconds'] * 1e6:.0f} us -> {over['add3_vs_eager']:.2f}x"
+    )
+    print(
+        f"Decode MLP (nkilib mlp, 1 token, H=512 I=2048 bf16): {over['decode_mlp_seconds'] * 1e3:.2f} ms; "
+        f"reading its {over['decode_mlp_weight_bytes'] / 1e6:.1f} MB at {over['host_read_bandwidth_gb_s']:.1f} GB/s "
+        f"takes {over['decode_mlp_weight_read_seconds'] * 1e3:.2f} ms -> {over['decode_mlp_vs_weight_read']:.2f}x "
+        f"({over['decode_mlp_plan']['elided_dmas']} DMAs elided)"
+    )
     print(f"Trainium2 estimate (one NeuronCore), bound {bound_us:.1f} us at 79 TFLOPS:")
     for name, e in (("tiled", est), ("blocked", est_b)):
         util = ", ".join(f"{k} {v:.0%}" for k, v in e.utilization.items() if v > 0.005)

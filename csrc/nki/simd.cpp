@@ -1,5 +1,6 @@
 #include "simd.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -103,14 +104,27 @@ __attribute__((target("avx2,fma"))) void gemv_rows_avx2(float* acc, const float*
 // Column-contiguous bf16 (ks = 2, a [n, K] row-major matrix read as its transpose): blocks of
 // B x 8 columns, 8 k at a time through register transposes; every column's terms still add in
 // k order. The k tail (K % 8) finishes each column in scalar.
+// The rows are short (K elements each) and far apart, too short for the hardware prefetchers:
+// while a block runs, the rows of the next `next_rows` columns are prefetched, spread over its
+// k steps.
 template <int B>
 __attribute__((target("avx2,fma"))) void gemv_colsT_block(float* acc, const float* coef,
                                                           const uint8_t* w, int64_t js, int64_t K,
-                                                          int64_t j) {
+                                                          int64_t j, int64_t next_rows) {
   __m256 a[B];
   for (int b = 0; b < B; ++b) a[b] = _mm256_setzero_ps();
   const int64_t K8 = K / 8 * 8;
+  const int64_t lines_per_row = (K * 2 + 63) / 64;
+  const int64_t lines = next_rows * lines_per_row;
+  const int64_t steps = std::max<int64_t>(1, K8 / 8);
+  const int64_t per_step = (lines + steps - 1) / steps;
+  const uint8_t* next = w + (j + B * 8) * js;
+  int64_t line = 0;
   for (int64_t k = 0; k < K8; k += 8) {
+    for (int64_t q = 0; q < per_step && line < lines; ++q, ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(next + (line / lines_per_row) * js +
+                                                 (line % lines_per_row) * 64),
+                   _MM_HINT_T0);
     __m256 c[8];
     for (int t = 0; t < 8; ++t) c[t] = _mm256_set1_ps(coef[k + t]);
     for (int b = 0; b < B; ++b) {
@@ -137,8 +151,10 @@ __attribute__((target("avx2,fma"))) void gemv_colsT_bf16_avx2(float* acc, const 
                                                               const uint8_t* w, int64_t js,
                                                               int64_t K, int64_t n) {
   int64_t j = 0;
-  for (; j + 32 <= n; j += 32) gemv_colsT_block<4>(acc, coef, w, js, K, j);
-  for (; j + 8 <= n; j += 8) gemv_colsT_block<1>(acc, coef, w, js, K, j);
+  for (; j + 32 <= n; j += 32)
+    gemv_colsT_block<4>(acc, coef, w, js, K, j, std::min<int64_t>(32, n - j - 32));
+  for (; j + 8 <= n; j += 8)
+    gemv_colsT_block<1>(acc, coef, w, js, K, j, std::min<int64_t>(8, n - j - 8));
   gemv_cols_scalar_fma<true>(acc, coef, w, 2, js, K, j, n);
 }
 
