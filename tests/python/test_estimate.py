@@ -165,3 +165,21 @@ def test_profiler_trace_has_estimated_track_neuron_rows_flows_and_fallbacks(tmp_
     assert summary["trn2_estimate"]["device_time_us"] > 0
     assert summary["kernels"][mul["name"]]["trn2_est_us"] == pytest.approx(mul["dur"], abs=2e-3)
     assert "Trainium2 estimate" in (tmp_path / "p" / "neuron_summary.txt").read_text()
+
+
+def test_profiling_prints_no_kineto_usdt_lines():
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from torch.profiler import profile, ProfilerActivity\n"
+        "x = torch.ones(3, device='neuron')\n"
+        "with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):\n"
+        "    (x + 1).cpu()\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("ok")
+    assert "USDT" not in r.stdout and "USDT" not in r.stderr
