@@ -34,6 +34,20 @@ def time_per_call(fn: Callable[[], object], device: str, iters: int, repeats: in
     return statistics.median(samples)
 
 
+def read_bandwidth(mib: int = 256, repeats: int = 7) -> float:
+    """The host's measured read bandwidth in bytes/s: a float32 sum over `mib` MiB (far larger
+    than the caches) with torch's threads, median of `repeats`. The roofline of decode-style
+    work (every weight read once per token) is bytes / this."""
+    x = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
+    x.sum()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        samples.append(time.perf_counter() - t0)
+    return x.numel() * 4 / statistics.median(samples)
+
+
 def write_result(name: str, payload: dict) -> str:
     os.makedirs(RESULTS, exist_ok=True)
     payload = {

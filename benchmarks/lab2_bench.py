@@ -1,10 +1,13 @@
 """Lab 2 on neuron-emu, one run: base vs core vs experimental.
 
-1. Emulator throughput: `examples/lab2/run.py --model X --greedy` (eager) for each variant, as
-   a subprocess; tok/s as run.py reports it.
+1. Emulator throughput: `examples/lab2/run.py --model X --greedy` (eager) and
+   `run.py --model X --compile --greedy` (the lab's command) for each variant, as a subprocess;
+   tok/s as run.py reports it, and as a fraction of the host roofline (every parameter read once
+   per token at the measured read bandwidth).
 2. Emulator time of one decode step of the transformer layers alone (the part the variants
    change; embedding and lm_head are identical), next to the peers PyTorch CPU eager fp32 and
-   bf16 on the same weights.
+   bf16 on the same weights, and as a fraction of its roofline (the layers' weight bytes at
+   the measured read bandwidth).
 3. Cost model: estimated Trainium2 time (one NeuronCore, `nki.estimate`) of a decode step
    - base: every operation of the PyTorch model as its own kernel with an HBM round trip
      (RMSNorm, q/k/v/o projections, RoPE, cache write, attention, residual adds, gate/up/down,
@@ -38,7 +41,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import torch
-from _common import write_result
+from _common import read_bandwidth, write_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB2 = os.path.join(REPO, "examples", "lab2")
@@ -406,15 +409,34 @@ def main() -> None:
     est = decode_estimates(cfg)
     stack = layer_stack_times(args.size, args.reps)
     runs = {} if args.skip_run else {v: run_variant(v, args.size, args.tokens, args.warmup) for v in VARIANTS}
+    compiled = (
+        {} if args.skip_run else {v: run_variant(v, args.size, args.tokens, args.warmup, True) for v in VARIANTS}
+    )
     guide = {} if args.skip_run else guide_runs(args.size)
     host = os.cpu_count()
+    bw = read_bandwidth()
+    torch.manual_seed(0)
+    probe = importlib.import_module(VARIANTS["base"]).Llama(cfg)
+    param_bytes = 2 * sum(p.numel() for p in probe.parameters())  # bf16
+    layer_bytes = 2 * sum(p.numel() for p in probe.layers.parameters())
+    roof_tok_s = bw / param_bytes
+    roof_layers_ms = layer_bytes / bw * 1e3
     payload = {
         "size": args.size,
         "tokens": args.tokens,
         "host_cpus": host,
         "run_py_eager_tok_s": {k: v["tok_s"] for k, v in runs.items()},
         "run_py_generated_ids": {k: v["ids"] for k, v in runs.items()},
+        "run_py_compile_tok_s": {k: v["tok_s"] for k, v in compiled.items()},
+        "run_py_compile_generated_ids": {k: v["ids"] for k, v in compiled.items()},
+        "host_read_bandwidth_gb_s": bw / 1e9,
+        "weight_bytes_per_token": param_bytes,
+        "layer_weight_bytes": layer_bytes,
+        "roofline_tok_s": roof_tok_s,
+        "run_py_compile_roofline_fraction": {k: v["tok_s"] / roof_tok_s for k, v in compiled.items()},
         "decode_layers_ms": stack,
+        "decode_layers_roofline_ms": roof_layers_ms,
+        "decode_layers_roofline_fraction": {k: roof_layers_ms / v for k, v in stack.items()},
         "trainium2_estimate": est,
         "guide_runs": {
             k: {"host_tok_s": v["tok_s"], "trn2_est_tok_s": v["trn2_est_tok_s"], "guide_tok_s": GUIDE_TOK_S[k]}
@@ -432,9 +454,22 @@ def main() -> None:
             print(f"  {k:13} {v['tok_s']:8.1f} tok/s   ({v['tok_s'] / runs['base']['tok_s']:.2f}x base)")
         same = len({v["ids"] for v in runs.values()}) == 1
         print(f"  generated ids identical across variants: {same}")
+    print(
+        f"host roofline: {param_bytes / 1e6:.1f} MB of weights per token at {bw / 1e9:.1f} GB/s read "
+        f"= {roof_tok_s:.0f} tok/s"
+    )
+    if compiled:
+        print("run.py --compile --greedy, emulator throughput:")
+        for k, v in compiled.items():
+            print(
+                f"  {k:13} {v['tok_s']:8.1f} tok/s   ({v['tok_s'] / compiled['base']['tok_s']:.2f}x base, "
+                f"{v['tok_s'] / roof_tok_s:.0%} of roofline)"
+            )
+        same = len({v["ids"] for v in compiled.values()} | {v["ids"] for v in runs.values()}) == 1
+        print(f"  generated ids identical across variants and modes: {same}")
     print("one decode step of the transformer layers (emulator, best of", args.reps, "):")
     for k, v in stack.items():
-        print(f"  {k:17} {v:9.2f} ms")
+        print(f"  {k:17} {v:9.2f} ms   ({roof_layers_ms / v:.0%} of its {roof_layers_ms:.2f} ms roofline)")
     print("Trainium2 estimate of one decode step (cost model, one NeuronCore, device time only):")
     for k in ("base", "core", "experimental"):
         print(

@@ -259,6 +259,7 @@ void CopyPredicated(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void TensorScalarCumulative(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void BnStats(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void Max8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void StreamShuffle(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 
 void BnAggr(const CostCtx& x, InstrCost& c) {
   c.ns = x.at_least_mii(13.0 * static_cast<double>(x.N) / 3.0);

@@ -928,6 +928,42 @@ void max8(Ctx& c, Views& w) {
   });
 }
 
+// Source rows are read before any is written (dst may be src: an in-place shuffle).
+void stream_shuffle(Ctx& c, Views& w) {
+  View &d = w.v[0], &s = w.v[1];
+  using FX = isa::Fields<Op::StreamShuffle>;
+  const FX f{c.in()};
+  const int64_t F = d.free(), P = d.parts();
+  Scratch& sc = scratch();
+  float* x = sc.fb(0, P * F);
+  int64_t* xi = sc.ib(0, P * F);
+  uint8_t* df = sc.db(0, P * F);
+  const bool ints = dt_is_int(s.dtype) || dt_is_int(d.dtype);
+  std::vector<int64_t> from(static_cast<size_t>(P), -1);
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t i = p % 32, m = (f.i<"mask">(static_cast<int>(i / 8)) >> (6 * (i % 8))) & 63;
+    if (m == 63) continue;
+    const int64_t q = (p / 32) * 32 + m;
+    from[static_cast<size_t>(p)] = q;
+    if (ints)
+      load_row_i(s, q, xi + p * F);
+    else
+      load_row(s, q, x + p * F);
+    if (c.check) {
+      load_def_row(s, q, df + p * F);
+      if (!all_defined(df + p * F, F)) c.note_undefined(1);
+    }
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    if (from[static_cast<size_t>(p)] < 0) continue;
+    if (ints)
+      store_row_i(d, p, xi + p * F);
+    else
+      store_row(d, p, x + p * F);
+    if (c.check) store_def_row(d, p, df + p * F);
+  }
+}
+
 }  // namespace
 
 // One execute function per instruction (isa.def), each over the instruction's resolved views.
@@ -942,6 +978,7 @@ void run_views(Ctx& c) {
 namespace neuron::nki::isa::exec {
 using namespace detail;
 void TensorCopy(Ctx& c) { run_views<tensor_copy>(c); }
+void StreamShuffle(Ctx& c) { run_views<stream_shuffle>(c); }
 void Memset(Ctx& c) { run_views<memset_op>(c); }
 void Iota(Ctx& c) { run_views<iota>(c); }
 void AffineSelect(Ctx& c) { run_views<affine_select>(c); }

@@ -10,6 +10,7 @@
 #endif
 
 #include "exec_internal.h"
+#include "simd_transpose.h"
 
 namespace neuron::nki::detail {
 
@@ -126,44 +127,6 @@ int64_t dma_walk(const View& dst, const View& src, int64_t* first_bad) {
 // offsets for every run, which costs ~10 ns per element when a run is one element long (a DMA
 // transpose).
 
-struct Dim {
-  int64_t n, ds, ss;  // count, dst and src byte strides
-};
-
-constexpr int kMaxRefined = 2 * kMaxApDims;
-
-// Common refinement of two collapsed views (innermost dimension first). False when the two
-// factorizations of the element count are incompatible (e.g. [2, 3] vs [3, 2]).
-bool refine(const View& d, const View& s, Dim* out, int& nd) {
-  int id = d.ndim - 1, is = s.ndim - 1;
-  int64_t dn = d.num[id], dst = d.stride[id], sn = s.num[is], sst = s.stride[is];
-  nd = 0;
-  while (true) {
-    if (nd == kMaxRefined) return false;
-    if (dn == sn) {
-      out[nd++] = {dn, dst, sst};
-      --id;
-      --is;
-      if (id < 0 || is < 0) return id < 0 && is < 0;
-      dn = d.num[id], dst = d.stride[id], sn = s.num[is], sst = s.stride[is];
-    } else if (dn % sn == 0) {
-      out[nd++] = {sn, dst, sst};
-      dst *= sn;
-      dn /= sn;
-      if (--is < 0) return false;
-      sn = s.num[is], sst = s.stride[is];
-    } else if (sn % dn == 0) {
-      out[nd++] = {dn, dst, sst};
-      sst *= dn;
-      sn /= dn;
-      if (--id < 0) return false;
-      dn = d.num[id], dst = d.stride[id];
-    } else {
-      return false;
-    }
-  }
-}
-
 void merge_dims(Dim* dims, int& nd) {
   int out = 0;
   for (int i = 0; i < nd; ++i) {
@@ -208,21 +171,10 @@ inline void copy_el(uint8_t* d, const uint8_t* s) {
 #ifdef __SSE2__
 // 8 x 8 block of 16-bit elements: src rows i (8 contiguous j each) -> dst rows j (8 contiguous i).
 inline void transpose8x8_u16(uint8_t* d, int64_t dstride, const uint8_t* s, int64_t sstride) {
-  __m128i r[8];
+  __m128i r[8], o[8];
   for (int i = 0; i < 8; ++i)
     r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * sstride));
-  const __m128i a0 = _mm_unpacklo_epi16(r[0], r[1]), a1 = _mm_unpackhi_epi16(r[0], r[1]);
-  const __m128i a2 = _mm_unpacklo_epi16(r[2], r[3]), a3 = _mm_unpackhi_epi16(r[2], r[3]);
-  const __m128i a4 = _mm_unpacklo_epi16(r[4], r[5]), a5 = _mm_unpackhi_epi16(r[4], r[5]);
-  const __m128i a6 = _mm_unpacklo_epi16(r[6], r[7]), a7 = _mm_unpackhi_epi16(r[6], r[7]);
-  const __m128i b0 = _mm_unpacklo_epi32(a0, a2), b1 = _mm_unpackhi_epi32(a0, a2);
-  const __m128i b2 = _mm_unpacklo_epi32(a1, a3), b3 = _mm_unpackhi_epi32(a1, a3);
-  const __m128i b4 = _mm_unpacklo_epi32(a4, a6), b5 = _mm_unpackhi_epi32(a4, a6);
-  const __m128i b6 = _mm_unpacklo_epi32(a5, a7), b7 = _mm_unpackhi_epi32(a5, a7);
-  const __m128i o[8] = {_mm_unpacklo_epi64(b0, b4), _mm_unpackhi_epi64(b0, b4),
-                        _mm_unpacklo_epi64(b1, b5), _mm_unpackhi_epi64(b1, b5),
-                        _mm_unpacklo_epi64(b2, b6), _mm_unpackhi_epi64(b2, b6),
-                        _mm_unpacklo_epi64(b3, b7), _mm_unpackhi_epi64(b3, b7)};
+  simd::transpose8x8_epi16(r, o);
   for (int j = 0; j < 8; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(d + j * dstride), o[j]);
 }
 
@@ -362,6 +314,37 @@ bool fast_copy(const View& d, const View& s) {
 }
 
 }  // namespace
+
+bool refine(const View& d, const View& s, Dim* out, int& nd) {
+  int id = d.ndim - 1, is = s.ndim - 1;
+  int64_t dn = d.num[id], dst = d.stride[id], sn = s.num[is], sst = s.stride[is];
+  nd = 0;
+  while (true) {
+    if (nd == kMaxRefined) return false;
+    if (dn == sn) {
+      out[nd++] = {dn, dst, sst};
+      --id;
+      --is;
+      if (id < 0 || is < 0) return id < 0 && is < 0;
+      dn = d.num[id], dst = d.stride[id], sn = s.num[is], sst = s.stride[is];
+    } else if (dn % sn == 0) {
+      out[nd++] = {sn, dst, sst};
+      dst *= sn;
+      dn /= sn;
+      if (--is < 0) return false;
+      sn = s.num[is], sst = s.stride[is];
+    } else if (sn % dn == 0) {
+      out[nd++] = {dn, dst, sst};
+      sst *= dn;
+      sn /= dn;
+      if (--id < 0) return false;
+      dn = d.num[id], dst = d.stride[id];
+    } else {
+      return false;
+    }
+  }
+}
+
 }  // namespace neuron::nki::detail
 
 namespace neuron::nki::isa::exec {

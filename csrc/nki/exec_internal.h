@@ -42,6 +42,7 @@ struct Ctx {
   CoreState& core;
   const std::vector<Binding>& bind;
   const ExecOptions& opt;
+  const Plan* plan = nullptr;  // unchecked runs: the program's execution plan
   bool check = false;
   int32_t pc = 0;
   std::array<int64_t, kMaxOperands> dyn{};
@@ -59,6 +60,19 @@ struct Ctx {
   void note_undefined(int k);
   std::string undefined_origin() const;
 };
+
+// One dimension of a copy refined to a shape common to its destination and source: count, dst
+// and src byte strides.
+struct Dim {
+  int64_t n, ds, ss;
+};
+constexpr int kMaxRefined = 2 * kMaxApDims;
+// Common refinement of two views of the same element count (innermost dimension first). False
+// when the two factorizations are incompatible (e.g. [2, 3] vs [3, 2]).
+bool refine(const View& d, const View& s, Dim* out, int& nd);
+
+// Whether nc_matmul with these (free-collapsed) operands takes the thin-operand GEMV path.
+bool thin_matmul_shapes(const View& s, const View& m);
 
 // Resolves operand k of the current instruction (dynamic offsets, bounds). Returns false
 // when a DMA with oob_mode=skip is out of bounds.

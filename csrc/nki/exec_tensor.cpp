@@ -50,38 +50,45 @@ void tile_gemm(const kernels::GemmProblem& g) {
   rt::parallel_for(0, g.n, grain, run);
 }
 
-// Matmuls with one thin operand (decode: one to a few tokens against a weight tile) as rows of
-// AXPYs straight from the SBUF rows: the wide operand is read once in its own dtype instead of
-// being gathered into fp32 and handed to a GEMV. fp32 accumulation over k in order, like PSUM.
+// Matmuls with one thin operand (decode: one to a few tokens against a weight tile) as GEMVs
+// straight from the wide operand's rows in its own dtype (simd::gemv: the arithmetic of one
+// AXPY per k, accumulators in registers) instead of gathering it into fp32 for a GEMM. fp32
+// accumulation over k in order, like PSUM. An operand the execution plan reads in place from
+// HBM (a weight loaded by an elided DMA, often transposed) takes the same path: the plan only
+// redirects operands whose on-chip form qualifies here, so the result is bit-identical.
 constexpr int64_t kThin = 16;
 
 bool thin_dtype(DT t) { return t == DT::BFloat16 || t == DT::Float32; }
 
-inline void axpy_row(float* y, float a, const View& v, int64_t k, int64_t n) {
-  const uint8_t* row = v.base + k * v.stride[0];
-  if (v.dtype == DT::BFloat16)
-    simd::axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row), n);
-  else
-    simd::axpy_f32(y, a, reinterpret_cast<const float*>(row), n);
+bool thin_operand(const View& v) {
+  return v.ndim == 2 && thin_dtype(v.dtype) && (v.stride[1] == v.es || v.mem == Mem::Hbm);
 }
+
+}  // namespace
+
+bool thin_matmul_shapes(const View& s, const View& m) {
+  return std::min(s.free(), m.free()) <= kThin && thin_operand(s) && thin_operand(m);
+}
+
+namespace {
 
 bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
   const int64_t K = s.parts(), M = s.free(), N = m.free();
-  if (std::min(M, N) > kThin) return false;
-  for (const View* v : {&s, &m})
-    if (v->ndim != 2 || v->stride[1] != v->es || !thin_dtype(v->dtype)) return false;
+  if (!thin_matmul_shapes(s, m)) return false;
   Scratch& sc = scratch();
-  // acc_rows x width accumulator: the thin operand indexes the rows, the wide one is streamed.
+  // rows x width accumulator: the thin operand indexes the rows, the wide one is streamed.
   const bool thin_moving = N <= M;
   const int64_t rows = thin_moving ? N : M, width = thin_moving ? M : N;
   float* A = sc.fb(2, rows * width);
-  std::fill(A, A + rows * width, 0.0f);
-  float* coef = sc.fb(3, rows);
+  float* coef = sc.fb(3, K);
   const View& thin = thin_moving ? m : s;
   const View& wide = thin_moving ? s : m;
-  for (int64_t k = 0; k < K; ++k) {
-    load_f32(thin.dtype, thin.base + k * thin.stride[0], thin.es, rows, coef);
-    for (int64_t r = 0; r < rows; ++r) axpy_row(A + r * width, coef[r], wide, k, width);
+  for (int64_t r = 0; r < rows; ++r) {
+    load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef);
+    if (wide.dtype == DT::BFloat16)
+      simd::gemv_bf16(A + r * width, coef, wide.base, wide.stride[0], wide.stride[1], K, width);
+    else
+      simd::gemv_f32(A + r * width, coef, wide.base, wide.stride[0], wide.stride[1], K, width);
   }
   // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary)
   float* out = sc.fb(4, N);

@@ -122,7 +122,8 @@ std::string Ctx::undefined_origin() const {
 }
 
 bool make_view(Ctx& c, int k, View& v) {
-  const Phys& ph = c.prog.phys()[c.pc][k];
+  const int32_t alt = c.plan ? c.plan->alt[static_cast<size_t>(c.pc)] : -1;
+  const Phys& ph = alt >= 0 ? c.plan->alt_phys[static_cast<size_t>(alt)][k] : c.prog.phys()[c.pc][k];
   const Ap& a = c.in().ap[k];
   v.dtype = ph.dtype;
   v.es = dt_size(ph.dtype);
@@ -238,6 +239,23 @@ void WhileEnd(Ctx& c) { control(c); }
 
 }  // namespace isa::exec
 
+namespace {
+
+// A plan reads some inputs in place: valid for this launch unless one of them shares memory
+// with an HBM tensor the program writes (the caller passed the same memory twice).
+bool plan_applies(const Plan& plan, const std::vector<Binding>& bindings) {
+  for (int32_t r : plan.in_place_slots) {
+    const Binding& a = bindings[static_cast<size_t>(r)];
+    for (int32_t w : plan.written_slots) {
+      const Binding& b = bindings[static_cast<size_t>(w)];
+      if (a.data < b.data + b.bytes && b.data < a.data + a.bytes) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 void execute(const Program& prog, CoreState& core, const std::vector<Binding>& bindings,
              const ExecOptions& opt, ExecReport* report) {
   using namespace detail;
@@ -272,6 +290,9 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
 
   Ctx c(prog, core, bindings, opt);
   c.check = opt.check_uninit;
+  if (!opt.check_uninit && !opt.record_trace && opt.use_plan && !prog.plan().empty() &&
+      plan_applies(prog.plan(), bindings))
+    c.plan = &prog.plan();
   const auto& instrs = prog.instrs();
   const auto n = static_cast<int32_t>(instrs.size());
   std::vector<int64_t> upper;  // per LoopBegin: the bound evaluated at loop entry
@@ -343,6 +364,11 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       }
       default:
         break;
+    }
+    if (c.plan && c.plan->skip[static_cast<size_t>(c.pc)]) {  // an elided DMA
+      ++executed;
+      ++c.pc;
+      continue;
     }
     c.dyn.fill(0);
     in.def().exec(c);

@@ -35,6 +35,7 @@ constexpr int64_t kDefaultMaxLoopIterations = int64_t{1} << 24;
 struct ExecOptions {
   bool check_uninit = false;
   bool record_trace = false;  // keep the executed instruction sequence (cost model)
+  bool use_plan = true;       // unchecked runs follow Program::plan() (DMA elision)
   int64_t max_loop_iterations = kDefaultMaxLoopIterations;
 };
 

@@ -519,6 +519,7 @@ void Program::finalize() {
   }
   allocate();
   resolve();
+  build_plan();
   finalized_ = true;
 }
 

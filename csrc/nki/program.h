@@ -161,6 +161,25 @@ struct Phys {
   int32_t buf = -1;
 };
 
+// The execution plan of a finalized program for unchecked runs, built once by finalize():
+// DMA elision. An HBM->SBUF copy of a kernel input the program never writes, whose tile is read
+// only by thin-operand matmuls (decode GEMVs) before it is overwritten or the program ends, is
+// skipped; those matmul operands read the HBM tensor in place (often transposed) instead. The
+// readers compute exactly what they computed from the SBUF copy. Checked runs and traced runs
+// (cost model) never use the plan; a launch whose in-place inputs alias a written HBM tensor
+// falls back to the full program.
+struct Plan {
+  std::vector<uint8_t> skip;  // per instruction: an elided DMA
+  std::vector<int32_t> alt;   // per instruction: index into alt_phys (-1: the program's operands)
+  std::vector<std::array<Phys, kMaxOperands>> alt_phys;
+  std::vector<int32_t> in_place_slots;  // HBM slots read in place
+  std::vector<int32_t> written_slots;   // HBM slots the program writes
+  int64_t elided = 0;                   // DMAs skipped
+  int64_t redirected = 0;               // operands reading HBM in place
+
+  bool empty() const { return elided == 0; }
+};
+
 class Program {
  public:
   static constexpr int kFormatVersion = 2;
@@ -184,6 +203,7 @@ class Program {
   // kernel inputs only, e.g. a KV-cache row, read and write the same definedness every run.)
   bool needs_recheck() const { return recheck_; }
   const std::vector<std::array<Phys, kMaxOperands>>& phys() const { return phys_; }
+  const Plan& plan() const { return plan_; }
 
   // Interns a string (location or API name) and returns its index.
   int32_t intern(const std::string& s);
@@ -219,6 +239,7 @@ class Program {
  private:
   void allocate();
   void resolve();
+  void build_plan();  // plan.cpp
 
   Target target_;
   std::vector<Buffer> buffers_;
@@ -226,6 +247,7 @@ class Program {
   std::vector<std::string> strings_;
   std::unordered_map<std::string, int32_t> string_index_;
   std::vector<std::array<Phys, kMaxOperands>> phys_;
+  Plan plan_;
   std::vector<int32_t> open_loops_;  // indices of unmatched LoopBegin/WhileBegin
   int num_regs_ = 0;
   int num_slots_ = 0;

@@ -1,9 +1,15 @@
 #include "simd.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/simd.h"
+#include "simd_transpose.h"
 
 namespace neuron::nki::simd {
 
@@ -11,6 +17,17 @@ namespace {
 
 inline float bf16_to_f32(uint16_t h) {
   return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+inline float ld_bf16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return bf16_to_f32(h);
+}
+inline float ld_f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -25,17 +42,138 @@ __attribute__((target("avx2,fma"))) void axpy_bf16_avx2(float* __restrict y, flo
                                                         const uint16_t* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
 }
+
+
+// Scalar columns j0..j1 over every k (fused multiply-adds, the axpy loops' arithmetic).
+template <bool BF16>
+__attribute__((target("avx2,fma"))) void gemv_cols_scalar_fma(float* acc, const float* coef,
+                                                              const uint8_t* w, int64_t ks,
+                                                              int64_t js, int64_t K, int64_t j0,
+                                                              int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    float a = 0.0f;
+    const uint8_t* p = w + j * js;
+    for (int64_t k = 0; k < K; ++k)
+      a = std::fma(coef[k], BF16 ? ld_bf16(p + k * ks) : ld_f32(p + k * ks), a);
+    acc[j] = a;
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 cvt_bf16x8(__m128i v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+// 8 row-contiguous elements of w at p as fp32.
+template <bool BF16>
+__attribute__((target("avx2,fma"))) inline __m256 load8(const uint8_t* p) {
+  if constexpr (BF16)
+    return cvt_bf16x8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  else
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+// Row-contiguous w (js = element size): 64 columns per pass with 8 accumulators, then 8 at a
+// time, then scalar.
+template <bool BF16>
+__attribute__((target("avx2,fma"))) void gemv_rows_avx2(float* acc, const float* coef,
+                                                        const uint8_t* w, int64_t ks, int64_t K,
+                                                        int64_t n) {
+  constexpr int64_t es = BF16 ? 2 : 4;
+  int64_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    __m256 a[8];
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+    const uint8_t* p = w + j * es;
+    for (int64_t k = 0; k < K; ++k, p += ks) {
+      const __m256 c = _mm256_set1_ps(coef[k]);
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(c, load8<BF16>(p + r * 8 * es), a[r]);
+    }
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(acc + j + r * 8, a[r]);
+  }
+  for (; j + 8 <= n; j += 8) {
+    __m256 a = _mm256_setzero_ps();
+    const uint8_t* p = w + j * es;
+    for (int64_t k = 0; k < K; ++k, p += ks)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(coef[k]), load8<BF16>(p), a);
+    _mm256_storeu_ps(acc + j, a);
+  }
+  gemv_cols_scalar_fma<BF16>(acc, coef, w, ks, es, K, j, n);
+}
+
+// Column-contiguous bf16 (ks = 2, a [n, K] row-major matrix read as its transpose): blocks of
+// B x 8 columns, 8 k at a time through register transposes; every column's terms still add in
+// k order. The k tail (K % 8) finishes each column in scalar.
+template <int B>
+__attribute__((target("avx2,fma"))) void gemv_colsT_block(float* acc, const float* coef,
+                                                          const uint8_t* w, int64_t js, int64_t K,
+                                                          int64_t j) {
+  __m256 a[B];
+  for (int b = 0; b < B; ++b) a[b] = _mm256_setzero_ps();
+  const int64_t K8 = K / 8 * 8;
+  for (int64_t k = 0; k < K8; k += 8) {
+    __m256 c[8];
+    for (int t = 0; t < 8; ++t) c[t] = _mm256_set1_ps(coef[k + t]);
+    for (int b = 0; b < B; ++b) {
+      __m128i r[8], o[8];
+      const uint8_t* p = w + (j + b * 8) * js + k * 2;
+      for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * js));
+      transpose8x8_epi16(r, o);
+      for (int t = 0; t < 8; ++t) a[b] = _mm256_fmadd_ps(c[t], cvt_bf16x8(o[t]), a[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) {
+    float* out = acc + j + b * 8;
+    _mm256_storeu_ps(out, a[b]);
+    for (int i = 0; i < 8; ++i) {
+      float x = out[i];
+      const uint8_t* p = w + (j + b * 8 + i) * js;
+      for (int64_t k = K8; k < K; ++k) x = std::fma(coef[k], ld_bf16(p + k * 2), x);
+      out[i] = x;
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void gemv_colsT_bf16_avx2(float* acc, const float* coef,
+                                                              const uint8_t* w, int64_t js,
+                                                              int64_t K, int64_t n) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) gemv_colsT_block<4>(acc, coef, w, js, K, j);
+  for (; j + 8 <= n; j += 8) gemv_colsT_block<1>(acc, coef, w, js, K, j);
+  gemv_cols_scalar_fma<true>(acc, coef, w, 2, js, K, j, n);
+}
+
+void gemv_bf16_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
+                    int64_t K, int64_t n) {
+  if (js == 2)
+    gemv_rows_avx2<true>(acc, coef, w, ks, K, n);
+  else if (ks == 2)
+    gemv_colsT_bf16_avx2(acc, coef, w, js, K, n);
+  else
+    gemv_cols_scalar_fma<true>(acc, coef, w, ks, js, K, 0, n);
+}
+void gemv_f32_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
+                   int64_t K, int64_t n) {
+  if (js == 4)
+    gemv_rows_avx2<false>(acc, coef, w, ks, K, n);
+  else
+    gemv_cols_scalar_fma<false>(acc, coef, w, ks, js, K, 0, n);
+}
 #endif
 
 struct Table {
   void (*f32)(float*, float, const float*, int64_t) = axpy_f32_portable;
   void (*bf16)(float*, float, const uint16_t*, int64_t) = axpy_bf16_portable;
+  using Gemv = void (*)(float*, const float*, const uint8_t*, int64_t, int64_t, int64_t, int64_t);
+  Gemv gemv_bf16 = gemv_bf16_portable;
+  Gemv gemv_f32 = gemv_f32_portable;
   bool avx2 = false;
   Table() {
 #ifdef NKI_SIMD_AVX2
     if (kernels::simd_level() == kernels::SimdLevel::Avx2) {
       f32 = axpy_f32_avx2;
       bf16 = axpy_bf16_avx2;
+      gemv_bf16 = gemv_bf16_avx2;
+      gemv_f32 = gemv_f32_avx2;
       avx2 = true;
     }
 #endif
@@ -54,6 +192,35 @@ void axpy_f32_portable(float* y, float a, const float* x, int64_t n) {
 }
 void axpy_bf16_portable(float* y, float a, const uint16_t* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * bf16_to_f32(x[i]);
+}
+
+// The portable GEMVs are the portable axpy loops, one k row at a time (same arithmetic).
+void gemv_bf16_portable(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
+                        int64_t K, int64_t n) {
+  std::fill(acc, acc + n, 0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t* row = w + k * ks;
+    const float a = coef[k];
+    for (int64_t j = 0; j < n; ++j) acc[j] += a * ld_bf16(row + j * js);
+  }
+}
+void gemv_f32_portable(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
+                       int64_t K, int64_t n) {
+  std::fill(acc, acc + n, 0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t* row = w + k * ks;
+    const float a = coef[k];
+    for (int64_t j = 0; j < n; ++j) acc[j] += a * ld_f32(row + j * js);
+  }
+}
+
+void gemv_bf16(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
+               int64_t n) {
+  table().gemv_bf16(acc, coef, w, ks, js, K, n);
+}
+void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
+              int64_t n) {
+  table().gemv_f32(acc, coef, w, ks, js, K, n);
 }
 
 void axpy_f32(float* y, float a, const float* x, int64_t n) { table().f32(y, a, x, n); }

@@ -559,6 +559,25 @@ void Max8(const Checker& c) {
            "max8 writes 8 values per partition");
 }
 
+// nc_stream_shuffle: equal row sizes; every source partition a mask entry names exists.
+void StreamShuffle(const Checker& c) {
+  using FX = Fields<Op::StreamShuffle>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src">;
+  if (c.F(d) != c.F(s))
+    c.fail("dst has " + std::to_string(c.F(d)) + " elements per partition, src " +
+               std::to_string(c.F(s)),
+           "nc_stream_shuffle moves whole partitions");
+  const int64_t dp = c.in.ap[d].num[0], sp = c.in.ap[s].num[0];
+  const FX f{c.in};
+  for (int64_t p = 0; p < dp; ++p) {
+    const int64_t i = p % 32, m = (f.i<"mask">(static_cast<int>(i / 8)) >> (6 * (i % 8))) & 63;
+    if (m != 63 && (p / 32) * 32 + m >= sp)
+      c.fail("dst partition " + std::to_string(p) + " reads src partition " +
+                 std::to_string((p / 32) * 32 + m) + " of " + std::to_string(sp),
+             "shuffle_mask entries name partitions of the same 32-partition quadrant of src");
+  }
+}
+
 // register_load / register_store: one element.
 void RegLoad(const Checker& c) {
   static_assert(Fields<Op::RegLoad>::k<"src"> == Fields<Op::RegStore>::k<"dst">);

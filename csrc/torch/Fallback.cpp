@@ -80,6 +80,14 @@ void dtype_contract_check(const at::Tensor& t, const at::Tensor& host, const std
   if (dtype_contract::strict()) dtype_contract::check_host_tensor(host, op.c_str());
 }
 
+// A quantized CPU result cannot move to the device: neuron has no quantized tensor storage (no
+// QuantizedPrivateUse1 kernels), and ATen's own error would only name aten::empty_quantized.
+void check_not_quantized(const at::Tensor& t, const std::string& op) {
+  TORCH_CHECK(!t.defined() || !t.is_quantized(), op, ": quantized tensors (", t.scalar_type(),
+              ") are not supported on neuron; quantize on the CPU (e.g. ",
+              "torch.quantize_per_tensor(x.cpu(), ...))");
+}
+
 // Recreates the meta result of a view op as the same view of the neuron input.
 at::Tensor view_like(const at::Tensor& meta_result, const at::Tensor& base) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(base.storage()),
@@ -298,11 +306,15 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     if (!target) continue;  // no neuron input: results stay where the CPU kernel put them
     if (r.isTensor()) {
       const at::Tensor t = r.toTensor();
+      check_not_quantized(t, name);
       if (t.defined() && t.device().is_cpu()) dtype_contract_check(t, t, name);
       if (t.defined() && t.device().is_cpu()) r = c10::IValue(t.to(*target));
     } else if (r.isTensorList()) {
       c10::List<at::Tensor> l;
-      for (const at::Tensor& t : r.toTensorVector()) l.push_back(t.defined() ? t.to(*target) : t);
+      for (const at::Tensor& t : r.toTensorVector()) {
+        check_not_quantized(t, name);
+        l.push_back(t.defined() ? t.to(*target) : t);
+      }
       r = c10::IValue(l);
     }
   }

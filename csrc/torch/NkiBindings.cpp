@@ -368,6 +368,19 @@ void register_nki(py::module_& parent) {
       .def_property_readonly("needs_recheck", &Program::needs_recheck)
       .def_property_readonly("num_slots", &Program::num_slots)
       .def("dump", &Program::dump)
+      .def_property_readonly("plan",
+                             [](const Program& p) {
+                               // The execution plan of unchecked runs (program.h, Plan).
+                               const nki::Plan& pl = p.plan();
+                               py::list skipped;
+                               for (size_t i = 0; i < pl.skip.size(); ++i)
+                                 if (pl.skip[i]) skipped.append(i);
+                               py::dict d;
+                               d["elided_dmas"] = pl.elided;
+                               d["in_place_operands"] = pl.redirected;
+                               d["elided"] = skipped;
+                               return d;
+                             })
       .def("serialize", [](const Program& p) { return py::bytes(p.serialize()); })
       .def_static("deserialize",
                   [](const py::bytes& b) {

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import sys
 
+try:  # registers bfloat16 / float8 with numpy, so `x.astype(nl.bfloat16)` works as on the real stack
+    import ml_dtypes  # noqa: F401
+except ImportError:  # pragma: no cover - numpy-only installs keep the fp32/int types
+    pass
+
 
 class DType(str):
     """An NKI data type; compares equal to its name (``nl.float32 == "float32"``)."""

@@ -781,9 +781,14 @@ class NkiTensor:
             raise ValueError("ap: pattern is a list of [step, num] pairs")
         reg = None
         if scalar_offset is not None:
+            if isinstance(scalar_offset, NkiTensor):
+                scalar_offset = _register_from_tensor(scalar_offset)
             e = scalar_offset._expr() if isinstance(scalar_offset, VirtualRegister) else scalar_offset
             if not isinstance(e, RegExpr):
-                raise TypeError("ap: scalar_offset must be a VirtualRegister (e.g. a fori_loop variable)")
+                raise TypeError(
+                    "ap: scalar_offset must be a VirtualRegister (e.g. a fori_loop variable) or a "
+                    f"one-element SBUF tensor holding the offset, got {type(scalar_offset).__name__}"
+                )
             if not 0 <= indirect_dim < len(pattern):
                 raise IndexError("ap: indirect_dim out of range")
             st = pattern[indirect_dim][0]
@@ -958,3 +963,15 @@ def new_tensor(
         b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
         tr.hbm.append(b.slot_info)
     return NkiTensor(b, shape, dtype, 0, _row_major(shape), base=True)
+
+
+def _register_from_tensor(t: NkiTensor) -> VirtualRegister:
+    """``ap(scalar_offset=<tensor>)``: the offset is read from memory when the access runs; load
+    the element into a fresh register (``register_load``, which checks it is one element)."""
+    from . import isa as nisa
+
+    if not t.on_chip:
+        raise TypeError("ap: a scalar_offset tensor must be on chip (SBUF), like the DMA's offset register source")
+    r = nisa.register_alloc()
+    nisa.register_load(r, t)
+    return r

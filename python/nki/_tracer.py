@@ -133,6 +133,16 @@ def max_instructions() -> int:
     return n
 
 
+class LoopIndex(int):
+    """The value of an unrolled loop's iterator (an ``int`` everywhere); it also tells whether
+    it is the loop's first iteration (``nl.loop_reduce`` starts its reduction there)."""
+
+    def __new__(cls, value: int, first: bool):
+        self = super().__new__(cls, value)
+        self.first = first
+        return self
+
+
 class UnrolledRange:
     """A loop unrolled at trace time (``nl.affine_range`` / ``sequential_range`` /
     ``static_range``): iterates like ``range`` and, while it runs, tells the instruction cap which
@@ -152,7 +162,8 @@ class UnrolledRange:
             return
         tr.unrolling.append(self)
         try:
-            yield from self.range
+            for k, i in enumerate(self.range):
+                yield LoopIndex(i, k == 0)
         finally:
             try:
                 tr.unrolling.remove(self)

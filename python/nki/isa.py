@@ -937,6 +937,25 @@ def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     return _result(dst, alloc)
 
 
+def nc_stream_shuffle(dst: NkiTensor = None, src: NkiTensor = None, shuffle_mask=None, name=None, **kwargs):
+    """Moves partitions within each quadrant of 32: dst partition ``q*32 + i`` takes src partition
+    ``q*32 + shuffle_mask[i]``; an entry of 255 leaves dst partition ``i`` unchanged. dst may be
+    src (every source row is read before any is written)."""
+    if dst is None or src is None or shuffle_mask is None:
+        raise TypeError("nc_stream_shuffle(dst=, src=, shuffle_mask=) needs all three")
+    mask = [int(m) for m in shuffle_mask]
+    if len(mask) > 32:
+        raise ValueError(f"nc_stream_shuffle: shuffle_mask has {len(mask)} entries, at most 32 (one quadrant)")
+    mask += [255] * (32 - len(mask))
+    bad = [m for m in mask if not (0 <= m < 32 or m == 255)]
+    if bad:
+        raise ValueError(f"nc_stream_shuffle: shuffle_mask entries are partitions 0..31 of the quadrant or 255 (unchanged), got {bad[0]}")
+    slots = [0, 0, 0, 0]
+    for i, m in enumerate(mask):
+        slots[i // 8] |= (63 if m == 255 else m) << (6 * (i % 8))
+    emit("StreamShuffle", "vector", {"dst": dst, "src": src}, {"mask": slots})
+
+
 # ---------------------------------------------------------------------------------------------
 # Registers
 
@@ -973,7 +992,6 @@ _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
 _NOT_MODELED = {
     "sendrecv": "exchange between the NeuronCores of a logical core",
     "core_barrier": "synchronization between the NeuronCores of a logical core",
-    "nc_stream_shuffle": "cross-partition stream shuffles",
     "rng": "random numbers",
     "rand2": "random numbers",
     "dropout": "random numbers",

@@ -327,7 +327,6 @@ def _unmodeled(name: str, what: str):
 rand = _unmodeled("rand", "random numbers")
 random_seed = _unmodeled("random_seed", "random numbers")
 dropout = _unmodeled("dropout", "random numbers")
-loop_reduce = _unmodeled("loop_reduce", "reduction across the iterations of an unrolled loop (old API)")
 gather_flattened = _unmodeled("gather_flattened", "gathers")
 
 
@@ -851,9 +850,40 @@ def load_transpose2d(src: NkiTensor, dtype=None) -> NkiTensor:
         return dst
 
 
+class _LoopReduce:
+    """``nl.loop_reduce(x, op, loop_indices)``: assigned to ``dst``, it is ``dst = x`` on the first
+    iteration of the reduction loops and ``dst = op(dst, x)`` on the others."""
+
+    __slots__ = ("x", "op", "first")
+
+    def __init__(self, x, op, first):
+        self.x, self.op, self.first = x, op, first
+
+
+def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
+    """Reduces ``x`` with ``op`` across the iterations of the unrolled loops ``loop_indices``
+    (old API); assign the result to the tile that accumulates it."""
+    idx = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+    if not idx or not builtins.all(isinstance(i, _tracer.LoopIndex) for i in idx):
+        raise TypeError(
+            "loop_reduce: loop_indices are iterators of enclosing nl.affine_range/sequential_range "
+            f"loops, got {loop_indices!r}"
+        )
+    src = copy(x, dtype=dtype, mask=mask) if dtype is not None and dtype != x.dtype else x
+    return _LoopReduce(src, op, builtins.all(i.first for i in idx))
+
+
 def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value`` inside a kernel."""
     from . import isa as nisa
+
+    if isinstance(value, _LoopReduce):
+        if value.first:
+            _assign(dst, value.x)
+        else:
+            x = value.x if value.x.on_chip else load(value.x)
+            nisa.tensor_tensor(dst=dst, data1=dst, data2=x, op=value.op)
+        return
 
     if not _is_t(value):
         if not dst.on_chip:

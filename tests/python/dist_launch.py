@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from repo_paths import REPO
 
 SHM_MARK = "NEURON_TEST_SHM_LEFT="
+_NEURON_LS = os.path.join(REPO, "build", "csrc", "tools", "neuron-ls")
 
 
 def free_port() -> int:
@@ -53,8 +54,12 @@ def torchrun(script: str, cwd: str, extra_env: dict | None = None, nproc: int = 
 
 def _in_private_shm(cmd: list[str]) -> list[str]:
     inner = " ".join(_quote(c) for c in cmd)
+    # Processes torchrun kills (SIGTERM when a peer failed) cannot remove their entry from the
+    # process registry; its next reader (neuron-ls) does. Then nothing may be left.
     script = (f"mount -t tmpfs -o size=2g tmpfs /dev/shm || exit 97; {inner}; rc=$?; "
-              f"echo \"{SHM_MARK}[$(ls -A /dev/shm | tr '\\n' ' ')]\"; exit $rc")
+              f"{_quote(_NEURON_LS)} >/dev/null 2>&1; "
+              f"echo \"{SHM_MARK}[$(cd /dev/shm && find . -mindepth 1 ! -path ./neuron-emu | sed 's|^./||' | tr '\\n' ' ')]\"; "
+              f"exit $rc")
     return ["unshare", "--mount", "--propagation", "private", "bash", "-c", script]
 
 
@@ -116,7 +121,9 @@ def nodes(script: str, cwd: str, extra_env: dict | None = None, nnodes: int = 2,
 
 
 def shm_left(output: str) -> list[str]:
-    """The /dev/shm entries a private-shm run left behind."""
+    """The /dev/shm entries a private-shm run left behind. The process registry's directory
+    (/dev/shm/neuron-emu, what neuron-ls reads) belongs to the machine and stays; a registration
+    file left inside it is reported like any other entry."""
     m = re.findall(re.escape(SHM_MARK) + r"\[(.*)\]", output)
     assert m, "no /dev/shm report in the output:\n" + output[-3000:]
     return m[-1].split()

@@ -534,3 +534,186 @@ def test_unmodeled_apis_raise_naming_themselves():
         rng(_rand(4, 4))
     with pytest.raises(NotImplementedError, match="nki.collectives.all_gather"):
         all_gather()
+
+
+# ---------------------------------------------------------------------------------------------
+# ap(scalar_offset=<SBUF tensor>): the offset is a value in SBUF, read when the access runs
+
+
+@nki.jit
+def rows_at_sbuf_positions(table, positions):
+    """Copies table row positions[0, j] into output row j, the offset coming from an SBUF
+    tile (as block KV caches and MoE expert selection do), along dim 0 or through a view."""
+    n, d = positions.shape[1], table.shape[1]
+    out = nl.ndarray((n, d), table.dtype, buffer=nl.shared_hbm)
+    pos = nl.ndarray((1, n), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=pos, src=positions)
+    for j in nl.affine_range(n):
+        row = nl.ndarray((1, d), table.dtype, buffer=nl.sbuf)
+        src = table.ap(pattern=[[d, 1], [1, d]], offset=0, scalar_offset=pos[0:1, j : j + 1], indirect_dim=0)
+        nisa.dma_copy(dst=row, src=src)
+        nisa.dma_copy(dst=out[j : j + 1, :], src=row)
+    return out
+
+
+def test_scalar_offset_from_sbuf_tensor():
+    table = _rand(16, 8)
+    for p in ([[3, 0, 15, 3]], [[7, 1, 2, 9]]):  # same trace, new runtime values
+        positions = np.array(p, np.int32)
+        np.testing.assert_array_equal(rows_at_sbuf_positions(table, positions), table[positions[0]])
+
+
+def test_scalar_offset_tensor_must_be_one_on_chip_element():
+    table, positions = _rand(16, 8), np.array([[1, 2]], np.int32)
+
+    @nki.jit
+    def two_elements(table, positions):
+        out = nl.ndarray((1, 8), table.dtype, buffer=nl.shared_hbm)
+        pos = nl.ndarray((1, 2), nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=pos, src=positions)
+        row = nl.ndarray((1, 8), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=pos))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    with pytest.raises(Exception, match="one element"):
+        two_elements(table, positions)
+
+    @nki.jit
+    def from_hbm(table, positions):
+        out = nl.ndarray((1, 8), table.dtype, buffer=nl.shared_hbm)
+        row = nl.ndarray((1, 8), table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=table.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=positions[0:1, 0:1]))
+        nisa.dma_copy(dst=out, src=row)
+        return out
+
+    with pytest.raises(TypeError, match="on chip"):
+        from_hbm(table, positions)
+
+
+def test_numpy_understands_nki_low_precision_dtypes():
+    """Tutorials write ``np.random.rand(...).astype(nl.bfloat16)`` on the host."""
+    import ml_dtypes
+
+    a = np.array([1.0, 1.00390625 + 2**-9], np.float32).astype(nl.bfloat16)
+    assert a.dtype == np.dtype(ml_dtypes.bfloat16)
+    assert float(a[1]) == 1.0078125  # rounded to the nearest bf16 (7 stored mantissa bits)
+    assert np.zeros(2).astype(nl.float8_e5m2).dtype == np.dtype(ml_dtypes.float8_e5m2)
+
+
+# ---------------------------------------------------------------------------------------------
+# nisa.nc_stream_shuffle: partition moves within 32-partition quadrants
+
+
+def _shuffled(x, mask, keep):
+    """numpy reference: dst row q*32+i = src row q*32+mask[i] (255: the old dst row)."""
+    out = keep.copy()
+    for p in range(out.shape[0]):
+        m = mask[p % 32]
+        if m != 255:
+            out[p] = x[(p // 32) * 32 + m]
+    return out
+
+
+@nki.jit
+def shuffle_kernel(x, mask, in_place):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    src = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x)
+    if in_place:
+        nisa.nc_stream_shuffle(dst=src, src=src, shuffle_mask=mask)
+        nisa.dma_copy(dst=out, src=src)
+    else:
+        dst = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=dst, value=-1.0)
+        nisa.nc_stream_shuffle(dst=dst, src=src, shuffle_mask=mask)
+        nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_nc_stream_shuffle_within_quadrants(in_place):
+    x = _rand(64, 16)
+    mask = [(31 - i) if i % 3 else 255 for i in range(32)]  # reverse, every third kept
+    out = shuffle_kernel(x, mask, in_place)
+    keep = x if in_place else np.full_like(x, -1.0)
+    np.testing.assert_array_equal(out, _shuffled(x, mask, keep))
+
+
+def test_nc_stream_shuffle_broadcasts_one_partition_and_checks_masks():
+    @nki.jit
+    def broadcast_row(x):
+        out = nl.ndarray((32, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+        row = nl.ndarray((1, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=x[0:1, :])
+        dst = nl.ndarray((32, x.shape[1]), x.dtype, buffer=nl.sbuf)
+        nisa.nc_stream_shuffle(dst=dst, src=row, shuffle_mask=[0] * 32)
+        nisa.dma_copy(dst=out, src=dst)
+        return out
+
+    x = _rand(4, 8)
+    np.testing.assert_array_equal(broadcast_row(x), np.repeat(x[0:1], 32, axis=0))
+
+
+@nki.jit
+def shuffle_from_one_row(x, mask):
+    out = nl.ndarray((32, x.shape[1]), x.dtype, buffer=nl.shared_hbm)
+    row = nl.ndarray((1, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=x[0:1, :])
+    dst = nl.ndarray((32, x.shape[1]), x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=dst, value=0.0)
+    nisa.nc_stream_shuffle(dst=dst, src=row, shuffle_mask=mask)
+    nisa.dma_copy(dst=out, src=dst)
+    return out
+
+
+def test_nc_stream_shuffle_rejects_bad_masks():
+    x = _rand(4, 8)
+    with pytest.raises(Exception, match="reads src partition 1 of 1"):
+        shuffle_from_one_row(x, [1] * 32)
+    with pytest.raises(ValueError, match="partitions 0..31 of the quadrant or 255"):
+        shuffle_from_one_row(x, [40] + [0] * 31)
+    with pytest.raises(ValueError, match="at most 32"):
+        shuffle_from_one_row(x, [0] * 33)
+
+
+# ---------------------------------------------------------------------------------------------
+# nl.loop_reduce (old API): a reduction across the iterations of an unrolled loop
+
+
+@nki.jit
+def blocked_matmul_loop_reduce(a_t, b, op_name):
+    """out = reduce over K blocks of (a_t[kb].T @ b[kb]) with loop_reduce, as old blocked
+    matmul kernels accumulate partial products from PSUM into SBUF."""
+    K, M = a_t.shape
+    N = b.shape[1]
+    acc = nl.ndarray((M, N), nl.float32, buffer=nl.sbuf)
+    for kb in nl.affine_range(K // 128):
+        a_tile = nl.load(a_t[kb * 128 : (kb + 1) * 128, :])
+        b_tile = nl.load(b[kb * 128 : (kb + 1) * 128, :])
+        part = nl.matmul(a_tile, b_tile, transpose_x=True)
+        acc[...] = nl.loop_reduce(part, op=getattr(np, op_name), loop_indices=[kb], dtype=nl.float32)
+    out = nl.ndarray((M, N), nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("op_name", ["add", "maximum"])
+def test_loop_reduce_accumulates_across_iterations(op_name):
+    a_t, b = _rand(384, 64, seed=1), _rand(384, 32, seed=2)
+    parts = [a_t[k : k + 128].T.astype(np.float64) @ b[k : k + 128] for k in range(0, 384, 128)]
+    ref = sum(parts) if op_name == "add" else np.maximum.reduce(parts)
+    # fp32 products summed over 128 + 3 terms of O(1): error well under 1e-4 relative.
+    np.testing.assert_allclose(blocked_matmul_loop_reduce(a_t, b, op_name), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_loop_reduce_needs_loop_iterators():
+    @nki.jit
+    def not_a_loop(x):
+        t = nl.load(x)
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.loop_reduce(t, op=np.add, loop_indices=[0]))
+        return out
+
+    with pytest.raises(TypeError, match="loop_indices are iterators"):
+        not_a_loop(_rand(4, 4))

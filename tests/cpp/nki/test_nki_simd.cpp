@@ -54,3 +54,49 @@ TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
   // `portable`).
   EXPECT_EQ(simd::using_avx2(), neuron::kernels::simd_level() == neuron::kernels::SimdLevel::Avx2);
 }
+
+// The GEMVs must compute exactly what K axpy calls into a zeroed accumulator compute (the
+// executor's thin matmuls were AXPYs; results must not change by a bit), in every layout:
+// row-contiguous, column-contiguous (a matrix read transposed in place) and strided.
+TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (int64_t K : {1, 5, 8, 13, 128}) {
+    for (int64_t n : {1, 7, 8, 31, 32, 64, 65, 128, 200}) {
+      // w stored [n, Kp] row-major (column-contiguous for the GEMV) and [K, np] (row-contiguous)
+      const int64_t Kp = K + 3, np = n + 5;
+      std::vector<float> coef(static_cast<size_t>(K)), wf(static_cast<size_t>(K * n));
+      for (auto& c : coef) c = nd(rng);
+      for (auto& v : wf) v = nd(rng);
+      std::vector<uint16_t> colsT(static_cast<size_t>(n * Kp)), rows(static_cast<size_t>(K * np));
+      std::vector<float> colsTf(static_cast<size_t>(n * Kp)), rowsf(static_cast<size_t>(K * np));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = wf[k * n + j];
+          colsT[j * Kp + k] = rows[k * np + j] = to_bf16(v);
+          colsTf[j * Kp + k] = rowsf[k * np + j] = v;
+        }
+      std::vector<float> ref(static_cast<size_t>(n), 0.0f), reff(static_cast<size_t>(n), 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        simd::axpy_bf16(ref.data(), coef[k], rows.data() + k * np, n);
+        simd::axpy_f32(reff.data(), coef[k], rowsf.data() + k * np, n);
+      }
+      auto bytes = [](const auto& v) { return reinterpret_cast<const uint8_t*>(v.data()); };
+      std::vector<float> out(static_cast<size_t>(n), -1.0f);
+      simd::gemv_bf16(out.data(), coef.data(), bytes(rows), np * 2, 2, K, n);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], ref[j]) << "rows K=" << K << " n=" << n;
+      simd::gemv_bf16(out.data(), coef.data(), bytes(colsT), 2, Kp * 2, K, n);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], ref[j]) << "colsT K=" << K << " j=" << j;
+      simd::gemv_f32(out.data(), coef.data(), bytes(rowsf), np * 4, 4, K, n);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], reff[j]) << "f32 rows K=" << K;
+      simd::gemv_f32(out.data(), coef.data(), bytes(colsTf), 4, Kp * 4, K, n);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], reff[j]) << "f32 colsT K=" << K;
+      // the portable GEMV is the portable AXPY loop
+      std::fill(ref.begin(), ref.end(), 0.0f);
+      for (int64_t k = 0; k < K; ++k)
+        simd::axpy_bf16_portable(ref.data(), coef[k], rows.data() + k * np, n);
+      simd::gemv_bf16_portable(out.data(), coef.data(), bytes(colsT), 2, Kp * 2, K, n);
+      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], ref[j]) << "portable K=" << K;
+    }
+  }
+}

@@ -1,0 +1,129 @@
+"""Execution plans (csrc/nki/plan.cpp): DMA elision.
+
+After the first (checked) run, an HBM->SBUF copy of a read-only input whose tile only feeds
+thin-operand matmuls is skipped and the matmuls read HBM in place. The results must be the very
+bits the unelided program computes, and every case the analysis cannot prove safe (another
+reader, a partial overwrite, an input aliased with an output) must keep the copy.
+"""
+
+from __future__ import annotations
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+import torch
+
+P = 128
+
+
+def _decode_kernel(copy_weight: bool):
+    @nki.jit
+    def gemv(x, w):
+        """out[1, N] = x[1, K] @ w[N, K].T with w DMA-transposed into SBUF (nn.Linear layout).
+        copy_weight: the weight tile is also read by a tensor_copy, which keeps the DMA."""
+        N, K = w.shape
+        KT = K // P
+        xT = nl.ndarray((P, KT, 1), x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=xT, src=x.reshape((1, KT, P)), axes=(2, 1, 0))
+        wT = nl.ndarray((P, KT, N), w.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=wT, src=w.reshape((N, KT, P)), axes=(2, 1, 0))
+        if copy_weight:
+            keep = nl.ndarray((P, KT, N), w.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=keep, src=wT)
+        out = nl.ndarray((1, N), nl.float32, buffer=nl.shared_hbm)
+        ps = nl.ndarray((1, N), nl.float32, buffer=nl.psum)
+        for k in range(KT):
+            nisa.nc_matmul(dst=ps, stationary=xT[:, k, :], moving=wT[:, k, :], accumulate=k > 0)
+        o = nl.ndarray((1, N), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=ps)
+        nisa.dma_copy(dst=out, src=o)
+        return out
+
+    return gemv
+
+
+@pytest.mark.parametrize("N,K", [(512, 256), (200, 384), (64, 128)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_elided_weight_load_gives_the_same_bits(N, K, dtype):
+    g = torch.Generator().manual_seed(N + K)
+    x = torch.randn(1, K, generator=g).to(dtype)
+    w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)
+    elided, kept = _decode_kernel(False), _decode_kernel(True)
+    plan = elided.specialize(x, w).programs[0].plan
+    assert plan["elided_dmas"] == 2 and plan["in_place_operands"] == 2 * (K // P)
+    assert kept.specialize(x, w).programs[0].plan["elided_dmas"] == 1  # x only: w has a copy reader
+    ref = x.float() @ w.float().T
+    elided(x, w)  # first runs: checked, the full program
+    kept(x, w)
+    a, b = elided(x, w), kept(x, w)  # planned runs
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a, ref, rtol=1e-4, atol=1e-4)
+
+
+def _load_xT_wT(x, w):
+    """x [1, P] and w [N, P] DMA-transposed into SBUF: xT [P, 1], wT [P, N]."""
+    xT = nl.ndarray((P, 1), x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=xT, src=x, axes=(1, 0))
+    wT = nl.ndarray((P, w.shape[0]), w.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=wT, src=w, axes=(1, 0))
+    return xT, wT
+
+
+def _matmul_out(xT, wT):
+    """x @ w.T from the SBUF tiles, stored to a new [1, N] float32 HBM tensor."""
+    N = wT.shape[1]
+    ps = nl.ndarray((1, N), nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=ps, stationary=xT, moving=wT)
+    o = nl.ndarray((1, N), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=o, src=ps)
+    out = nl.ndarray((1, N), nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=o)
+    return out
+
+
+@nki.jit
+def overwritten_weight(x, w):
+    """The weight tile's first 16 partitions are overwritten (memset 0.5) before the matmul
+    reads them: the DMA must stay, and the matmul must see the overwrite."""
+    xT, wT = _load_xT_wT(x, w)
+    nisa.memset(dst=wT[0:16, :], value=0.5)
+    return _matmul_out(xT, wT)
+
+
+def test_partially_overwritten_tile_keeps_its_dma():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, P)).astype(np.float32)
+    w = rng.standard_normal((64, P)).astype(np.float32)
+    skipped = overwritten_weight.specialize(x, w).programs[0].plan["elided"]
+    assert 1 not in skipped  # the weight DMA (instruction 1) stays
+    wt = w.T.copy()
+    wt[0:16, :] = 0.5
+    ref = x @ wt
+    for _ in range(3):
+        np.testing.assert_allclose(overwritten_weight(x, w), ref, rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def load_then_clobber(x, w, scratch):
+    """Loads w, then writes `scratch` (which the caller may alias with w), then multiplies with
+    the loaded tile: the product must use w as it was when loaded."""
+    xT, wT = _load_xT_wT(x, w)
+    z = nl.ndarray(w.shape, w.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=z, value=0.0)
+    nisa.dma_copy(dst=scratch, src=z)
+    return _matmul_out(xT, wT)
+
+
+def test_input_aliased_with_a_written_tensor_is_not_read_in_place():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, P)).astype(np.float32)
+    w0 = rng.standard_normal((96, P)).astype(np.float32)
+    ref = x @ w0.T
+    assert load_then_clobber.specialize(x, w0, w0.copy()).programs[0].plan["elided_dmas"] >= 1
+    for _ in range(3):  # checked run, then planned runs
+        w = w0.copy()
+        got = load_then_clobber(x, w, w)  # the same memory as input and written tensor
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        assert not w.any()  # the kernel did clear it
