@@ -17,8 +17,13 @@
    - experimental: the transformer_tkg megakernel for all layers;
    all three plus the shared embedding gather, final RMSNorm and lm_head.
 
+4. The guide's runs, `run.py --model X --compile --greedy` for each variant and the sampling
+   run `run.py --model base --compile` (50 tokens): this host's tok/s and run.py's whole-run
+   Trainium2 estimate (its `Trainium2 est.` line), against the guide's figures.
+
 Usage: python benchmarks/lab2_bench.py [--tokens 10] [--size small] [--skip-run]
-Writes benchmarks/results/lab2_bench.json.
+Writes benchmarks/results/lab2_bench.json and benchmarks/results/lab2_bench.png (host and
+estimated tok/s per run, the guide's figures as markers; needs matplotlib).
 """
 
 from __future__ import annotations
@@ -265,7 +270,10 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_variant(variant: str, size: str, tokens: int, warmup: int, compile_: bool = False) -> dict:
+GUIDE_TOK_S = {"base": 359.0, "core": 435.3, "experimental": 537.4, "base sampling": 52.0}
+
+
+def run_variant(variant: str, size: str, tokens: int, warmup: int, compile_: bool = False, greedy: bool = True) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [
@@ -275,18 +283,53 @@ def run_variant(variant: str, size: str, tokens: int, warmup: int, compile_: boo
         variant,
         "--size",
         size,
-        "--greedy",
         "--tokens",
         str(tokens),
         "--warmup",
         str(warmup),
-    ] + (["--compile"] if compile_ else [])
+    ] + (["--greedy"] if greedy else []) + (["--compile"] if compile_ else [])
     r = subprocess.run(cmd, cwd=LAB2, env=env, capture_output=True, text=True, timeout=3600, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
     tps = float(re.search(r"Throughput\s*:\s*([\d.]+) tok/s", r.stdout).group(1))
+    est = re.search(r"Trainium2 est\. : ([\d.]+) tok/s", r.stdout)
     ids = r.stdout.split("Generated IDs: ")[1].splitlines()[0]
-    return {"tok_s": tps, "ids": ids}
+    return {"tok_s": tps, "trn2_est_tok_s": float(est.group(1)) if est else None, "ids": ids}
+
+
+def guide_runs(size: str) -> dict:
+    """The guide's four Lab 2 runs (compiled, 50 tokens): host and estimated tok/s."""
+    runs = {v: run_variant(v, size, 50, 3, compile_=True) for v in VARIANTS}
+    runs["base sampling"] = run_variant("base", size, 50, 3, compile_=True, greedy=False)
+    return runs
+
+
+def draw_chart(runs: dict, path: str) -> str | None:
+    """Bar chart: this host's and the estimated Trainium2 tok/s per run, guide figures as
+    markers (log scale: the host is 10-30x slower). None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = list(runs)
+    xs = range(len(names))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar([x - 0.2 for x in xs], [runs[n]["tok_s"] for n in names], 0.4, label="this host (measured)")
+    ax.bar([x + 0.2 for x in xs], [runs[n]["trn2_est_tok_s"] or 0 for n in names], 0.4, label="Trainium2 (cost model)")
+    ax.scatter([x + 0.2 for x in xs], [GUIDE_TOK_S.get(n, float("nan")) for n in names], marker="D", color="black",
+               zorder=3, label="lab guide (trn2)")
+    ax.set_xticks(list(xs), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("tok/s")
+    ax.set_title("Lab 2 run.py --compile: measured here vs estimated for Trainium2")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _layers_step(model, h, pos, cos, sin, kc, vc):
@@ -369,6 +412,7 @@ def main() -> None:
     compiled = (
         {} if args.skip_run else {v: run_variant(v, args.size, args.tokens, args.warmup, True) for v in VARIANTS}
     )
+    guide = {} if args.skip_run else guide_runs(args.size)
     host = os.cpu_count()
     bw = read_bandwidth()
     torch.manual_seed(0)
@@ -394,9 +438,14 @@ def main() -> None:
         "decode_layers_roofline_ms": roof_layers_ms,
         "decode_layers_roofline_fraction": {k: roof_layers_ms / v for k, v in stack.items()},
         "trainium2_estimate": est,
+        "guide_runs": {
+            k: {"host_tok_s": v["tok_s"], "trn2_est_tok_s": v["trn2_est_tok_s"], "guide_tok_s": GUIDE_TOK_S[k]}
+            for k, v in guide.items()
+        },
         "lab_claims_vs_base": {"core": 1.2, "experimental": 1.5},
     }
     path = write_result("lab2_bench", payload)
+    chart = draw_chart(guide, os.path.join(os.path.dirname(path), "lab2_bench.png")) if guide else None
 
     print(f"Lab 2 ({args.size}) on neuron-emu, {host} host CPUs")
     if runs:
@@ -428,7 +477,11 @@ def main() -> None:
             f"= {est['tok_s'][k]:7.0f} tok/s  ({est['vs_base'][k]:.2f}x base; lab claims "
             f"{ {'base': 1.0, 'core': 1.2, 'experimental': 1.5}[k] }x on hardware)"
         )
-    print(f"results: {path}")
+    if guide:
+        print("run.py --compile (50 tokens): this host / Trainium2 estimate / lab guide:")
+        for k, v in guide.items():
+            print(f"  {k:14} {v['tok_s']:8.1f} / {v['trn2_est_tok_s'] or 0:8.1f} / {GUIDE_TOK_S[k]:6.1f} tok/s")
+    print(f"results: {path}" + (f", chart: {chart}" if chart else ""))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,42 @@ double bytes(const TensorDesc& t) {
   return numel(t) * static_cast<double>(kernels::element_size(t.dtype));
 }
 
+// HBM bytes a step moves. Indexing reads and writes only the rows it selects, and an in-place
+// update only the rows it writes, not the whole tensor it indexes (an embedding gather, a KV
+// cache write).
+double step_bytes(const Step& s) {
+  const auto& t = s.tensors;
+  const auto sum_from = [&](size_t i) {
+    double b = 0;
+    for (; i < t.size(); ++i) b += bytes(t[i]);
+    return b;
+  };
+  const auto flag = [&](size_t i) { return i < s.ints.size() && s.ints[i] != 0; };
+  switch (s.kind) {
+    case StepKind::Index:  // x, out, idx...
+      if (t.size() >= 2) return 2 * bytes(t[1]) + sum_from(2);
+      break;
+    case StepKind::Gather:  // x, index, out
+      if (t.size() >= 3) return 2 * bytes(t[2]) + bytes(t[1]);
+      break;
+    case StepKind::IndexPut:  // self, values, out, idx...; ints: accumulate, inplace
+      if (t.size() >= 3 && flag(1)) return 2 * bytes(t[1]) + sum_from(3);
+      break;
+    case StepKind::Scatter:  // self, index, src, out; ints: dim, reduce, inplace
+      if (t.size() >= 3 && flag(2)) return 2 * bytes(t[2]) + bytes(t[1]);
+      break;
+    case StepKind::SliceScatter:  // self, src, out; ints: dim, start, end, step, inplace
+      if (t.size() >= 2 && flag(4)) return 2 * bytes(t[1]);
+      break;
+    default:
+      break;
+  }
+  return sum_from(0);
+}
+
 nki::WorkCost step_work(const Step& s) {
   nki::WorkCost w;
-  for (const TensorDesc& t : s.tensors) w.hbm_bytes += bytes(t);
+  w.hbm_bytes = step_bytes(s);
   const auto add_flops = [&](double f, DType dt) {
     (dt == DType::Float32 ? w.flops_fp32 : w.flops_bf16) += f;
   };

@@ -30,9 +30,14 @@ double transfer_ns(double bytes, const DeviceTimeParams& p) {
   return p.pcie_latency_ns + bytes / p.pcie_bytes_per_ns;
 }
 
-double fallback_ns(double d2h_bytes, double h2d_bytes, double host_op_ns,
+double host_op_ns(double host_bytes, const DeviceTimeParams& p) {
+  return p.host_op_ns + host_bytes / p.host_bytes_per_ns;
+}
+
+double fallback_ns(double d2h_bytes, double h2d_bytes, double host_bytes,
                    const DeviceTimeParams& p) {
-  return p.host_wake_ns + transfer_ns(d2h_bytes, p) + host_op_ns + transfer_ns(h2d_bytes, p);
+  return transfer_ns(d2h_bytes, p) + p.host_wake_ns + host_op_ns(host_bytes, p) +
+         transfer_ns(h2d_bytes, p) + p.host_wake_ns;
 }
 
 double collective_ns(Collective c, double bytes, int ranks, const DeviceTimeParams& p) {

@@ -20,7 +20,7 @@ struct DeviceTimeParams {
   int logical_cores_per_device = 4;
   // Launch of one eager op: the runtime's dispatch of a single-op kernel (calibrated: Lab 2
   // sampling, 52 tok/s, where the eager ops around the fallbacks dominate).
-  double eager_launch_ns = 1.0e6;
+  double eager_launch_ns = 1.3e6;
   // Launch of one compiled program (NEFF) by the runtime (assumption).
   double neff_launch_ns = 50e3;
   // Each kernel of a compiled program: its DMA setup and the semaphore hand-off to the next
@@ -31,6 +31,11 @@ struct DeviceTimeParams {
   double pcie_bytes_per_ns = 32.0;
   // The host noticing that the device finished (assumption).
   double host_wake_ns = 10e3;
+  // The host op of a CPU fallback, modelled (this host's time for it is not Trainium2's host
+  // CPU's): an ATen CPU op's dispatch plus its bytes at one core's streaming bandwidth
+  // (assumptions).
+  double host_op_ns = 10e3;
+  double host_bytes_per_ns = 10.0;
   // Collectives: NeuronLink-v3 1.28 TB/s per chip, shared by its logical cores ([HW]); a
   // ring step costs the DMA cross-engine semaphore latency ([BW], 1300 ns).
   double neuronlink_bytes_per_ns = 1280.0;
@@ -53,9 +58,11 @@ double work_ns(const WorkCost& w, const DeviceTimeParams& p);
 double eager_op_ns(const WorkCost& w, const DeviceTimeParams& p);
 // A host <-> device copy of `bytes`.
 double transfer_ns(double bytes, const DeviceTimeParams& p);
+// The host op of a CPU fallback that reads and writes `host_bytes` on the host.
+double host_op_ns(double host_bytes, const DeviceTimeParams& p);
 // A CPU fallback: the host waits for the device, copies `d2h_bytes` down, runs the host op
-// (`host_op_ns`, measured on this host) and copies `h2d_bytes` back.
-double fallback_ns(double d2h_bytes, double h2d_bytes, double host_op_ns,
+// and copies `h2d_bytes` back (waiting for that copy too).
+double fallback_ns(double d2h_bytes, double h2d_bytes, double host_bytes,
                    const DeviceTimeParams& p);
 
 enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, Barrier, SendRecv };

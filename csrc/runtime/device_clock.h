@@ -1,9 +1,10 @@
 // The estimated Trainium2 clock: every stream task carries an estimated device duration (from
 // the cost model, docs/cost-model.md), and this clock places it on an estimated timeline per
 // logical core, as the asynchronous runtime would run it: a task starts when its core is free
-// and the host has launched it; the host advances by the time it really spends between
-// launches (Python, dispatch, CPU fallback ops) but not by the time it spends waiting for this
-// machine to finish device work, and a host wait ends when the estimated core is done.
+// and the host has launched it; the host advances by the CPU time its threads really spend
+// between launches (Python, dispatch) - not by wall time, which the emulated device work
+// running on the same cores would inflate, and not while it waits for this machine to finish
+// device work - and a host wait ends when the estimated core is done.
 // What it returns are estimates of a model, not measurements.
 // Thread-safety: every member is safe from any thread (one mutex).
 #pragma once
@@ -50,6 +51,9 @@ class DeviceClock {
   // device-side and not host waits: callers skip them.
   void host_wait_begin();
   void host_wait_end(int64_t until_ns);
+  // Host time from the model rather than from this machine (the host op of a CPU fallback,
+  // whose real time is excluded by a host_wait_begin/end around it).
+  void host_add(double ns);
 
   ClockReading read();
   // Forgets the timeline (tests): the estimated host clock restarts at the real clock.
@@ -57,12 +61,13 @@ class DeviceClock {
 
  private:
   DeviceClock();
-  void advance_locked(int64_t now);  // the host's real time since the last event
+  void advance_locked();  // the calling thread's CPU time since its last event
+  void rebase_locked();   // the calling thread's time so far does not count
 
   mutable std::mutex mu_;
   ClockParams params_;
   int64_t est_host_ = 0;
-  int64_t last_real_ = 0;
+  uint64_t epoch_ = 1;  // bumped by reset(): threads restart their CPU-time baseline
   int waiting_ = 0;
   std::vector<int64_t> free_;  // per device: estimated end of its last task
   int64_t device_free_ = 0;

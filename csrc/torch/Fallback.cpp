@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "Common.h"
+#include "DeviceTime.h"
 #include "DtypeContract.h"
 #include "NeuronGenerator.h"
 #include "OpTracker.h"
@@ -179,6 +180,12 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   const size_t begin = stack->size() - n;
   std::optional<c10::Device> target;
   TimelineMark mark{name, target};
+  // This machine's time for the fallback is not Trainium2's host's: the estimated clock counts
+  // the copies' waits and a modelled host op instead (nki/device_time.h host_op_ns).
+  struct ExcludeHostTime {
+    ExcludeHostTime() { rt::DeviceClock::get().host_wait_begin(); }
+    ~ExcludeHostTime() { rt::DeviceClock::get().host_wait_end(0); }
+  } exclude;
 
   // 1. Inputs to the host; keep each neuron original next to its CPU copy.
   struct Arg {
@@ -249,6 +256,14 @@ void neuron_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
 
   // 3. Run the CPU kernel.
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  double host_bytes = 0;
+  for (const auto& a : converted)
+    if (a)
+      for (const auto& t : a->cpu)
+        if (t) host_bytes += tensor_bytes(*t);
+  for (size_t j = stack->size() - schema.returns().size(); j < stack->size(); ++j)
+    if ((*stack)[j].isTensor()) host_bytes += tensor_bytes((*stack)[j].toTensor());
+  rt::DeviceClock::get().host_add(nki::host_op_ns(host_bytes, device_time_params()));
 
   // 4. Copy mutated arguments back (in-place and out=), resizing out= tensors as the CPU did.
   for (size_t i = 0; i < n; ++i) {

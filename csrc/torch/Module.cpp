@@ -220,6 +220,8 @@ PYBIND11_MODULE(_C, m) {
     d["pcie_latency_ns"] = p.pcie_latency_ns;
     d["pcie_bytes_per_ns"] = p.pcie_bytes_per_ns;
     d["host_wake_ns"] = p.host_wake_ns;
+    d["host_op_ns"] = p.host_op_ns;
+    d["host_bytes_per_ns"] = p.host_bytes_per_ns;
     d["hbm_bytes_per_ns"] = p.hbm_bytes_per_ns();
     d["peak_bf16_tflops"] = p.core.peak_bf16_tflops * p.lnc;
     d["peak_fp32_tflops"] = p.core.peak_fp32_tflops * p.lnc;

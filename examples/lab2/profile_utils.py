@@ -54,7 +54,7 @@ def print_estimate(summary: dict, top: int = 12) -> None:
     """Estimated Trainium2 time per kernel of a NeuronProfiler summary, largest first."""
     kernels = sorted(summary["kernels"].items(), key=lambda kv: -kv[1].get("trn2_est_us", 0.0))
     total = summary["trn2_estimate"]["device_time_us"] or 1.0
-    print(f"\nEstimated Trainium2 time (cost model, docs/cost-model.md; not a measurement):")
+    print("\nEstimated Trainium2 time (cost model, docs/cost-model.md; not a measurement):")
     print(f"{'device work':48} {'calls':>6} {'est. (us)':>10} {'share':>6}")
     for name, k in kernels[:top]:
         t = k.get("trn2_est_us", 0.0)

@@ -23,6 +23,13 @@ from ._registration import register_device as _register_device
 
 __version__ = "2.11.3+neuronemu"
 
+# Kineto prints "USDT: ... SyncActivityProfilerHandler.cpp:52] profiler_start/stop" on every
+# profile; the real stack's users do not see them. KINETO_LOG_LEVEL (read when a profile
+# starts) set by the user wins.
+import os as _os
+
+_os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
 _register_device()
 
 # NKI: importing it here emits the NKI_ENABLE_TRACE_CACHE notice at `import torch` like the real

@@ -3,6 +3,8 @@
 // time spent waiting for this machine does not count as host time.
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <thread>
 
@@ -53,6 +55,25 @@ TEST(DeviceClock, WaitingForThisMachineIsNotHostTime) {
   EXPECT_GE(r1.real_ns - r0.real_ns, 30000000);
   EXPECT_LT(r1.est_host_ns - r0.est_host_ns, r1.real_ns - r0.real_ns - 29000000);
   EXPECT_EQ(r1.host_waits, 0);
+}
+
+TEST(DeviceClock, HostTimeIsTheHostThreadsCpuTime) {
+  FreshClock fresh(0);
+  DeviceClock& c = DeviceClock::get();
+  const auto cpu = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  };
+  const ClockReading r0 = c.read();
+  const int64_t c0 = cpu();
+  volatile uint64_t x = 0;
+  while (cpu() - c0 < 20000000) x = x + 1;  // 20 ms of this thread's CPU
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // not host work
+  const int64_t c1 = cpu();
+  const ClockReading r1 = c.read();
+  EXPECT_GE(r1.est_host_ns - r0.est_host_ns, c1 - c0);
+  EXPECT_LT(r1.est_host_ns - r0.est_host_ns, c1 - c0 + 5000000);
 }
 
 TEST(DeviceClock, StreamTasksCarryTheirEstimateAndSynchronizeWaitsForIt) {

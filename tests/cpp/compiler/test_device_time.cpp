@@ -48,8 +48,9 @@ TEST(DeviceTime, EagerFallbackAndCollectiveFormulas) {
   const nki::DeviceTimeParams p = nki::DeviceTimeParams::for_target(3, 2, 4);
   const nki::WorkCost add{3.0 * 4096 * 2, 0, 0};  // a + b -> c, 4096 bf16 each
   EXPECT_DOUBLE_EQ(nki::eager_op_ns(add, p), p.eager_launch_ns + add.hbm_bytes / 725.0);
-  EXPECT_DOUBLE_EQ(nki::fallback_ns(1000, 8, 2500, p),
-                   p.host_wake_ns + 2 * p.pcie_latency_ns + 1008 / p.pcie_bytes_per_ns + 2500);
+  EXPECT_DOUBLE_EQ(nki::fallback_ns(1000, 8, 1008, p),
+                   2 * p.host_wake_ns + 2 * p.pcie_latency_ns + 1008 / p.pcie_bytes_per_ns +
+                       p.host_op_ns + 1008 / p.host_bytes_per_ns);
   // all_reduce of 1 MiB over 4 ranks: 2 * 3 ring steps of 256 KiB at the chip's NeuronLink
   // share of one logical core (1280 / 4 B/ns).
   EXPECT_DOUBLE_EQ(nki::collective_ns(nki::Collective::AllReduce, 1 << 20, 4, p),
