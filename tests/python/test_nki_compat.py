@@ -717,3 +717,29 @@ def test_loop_reduce_needs_loop_iterators():
 
     with pytest.raises(TypeError, match="loop_indices are iterators"):
         not_a_loop(_rand(4, 4))
+
+
+def test_dataclass_nkiobject_takes_plain_attributes_as_keywords():
+    """``@dataclass`` configs whose fields are plain class attributes (no annotation): the
+    dataclass constructor has no parameter for them, the real NKIObject accepts them anyway."""
+
+    @dataclasses.dataclass
+    class Section(nl.NKIObject):
+        index = None
+        offset = 0
+        width: int = 128
+
+    s = Section(index=3, width=64)
+    assert (s.index, s.offset, s.width) == (3, 0, 64)
+    assert Section(7).width == 7 and Section().index is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Section(bogus=1)
+
+    import abc
+
+    class Both(nl.NKIObject, abc.ABC):  # still mixes with abc.ABC
+        @abc.abstractmethod
+        def f(self): ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Both()
