@@ -743,3 +743,30 @@ def test_dataclass_nkiobject_takes_plain_attributes_as_keywords():
 
     with pytest.raises(TypeError, match="abstract"):
         Both()
+
+
+def test_hbm_tensor_is_truthy_on_chip_tile_is_not():
+    """Real library code tests optional tensor arguments with ``if cfg.index:``."""
+
+    @nki.jit
+    def optional_bias(x, bias):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if bias:  # an HBM argument: given
+            t = nl.add(t, nl.load(bias))
+        nl.store(out, t)
+        return out
+
+    x, b = _rand(4, 8), _rand(4, 8, seed=3)
+    np.testing.assert_allclose(optional_bias(x, b), x + b, rtol=1e-6)
+
+    @nki.jit
+    def branch_on_tile(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if t:
+            nl.store(out, t)
+        return out
+
+    with pytest.raises(TypeError, match="on-chip NkiTensor has no truth value"):
+        branch_on_tile(x)
