@@ -729,6 +729,20 @@ def test_dataclass_nkiobject_takes_plain_attributes_as_keywords():
         offset = 0
         width: int = 128
 
+    @dataclasses.dataclass
+    class NoAnnotations(nl.NKIObject):  # a dataclass with no fields at all
+        index = None
+
+    assert NoAnnotations(index=5).index == 5
+
+    @dataclasses.dataclass
+    class Sizes(nl.NKIObject):
+        rows: int
+        remainder: int
+
+    assert (Sizes(rows=4).rows, Sizes(rows=4).remainder) == (4, None)  # omitted field: None
+    assert Sizes(1, 2).remainder == 2
+
     s = Section(index=3, width=64)
     assert (s.index, s.offset, s.width) == (3, 0, 64)
     assert Section(7).width == 7 and Section().index is None
