@@ -390,7 +390,13 @@ class NkiTensor:
         raise TypeError("NkiTensor is not iterable; index it with slices or nl.arange grids")
 
     def __bool__(self):
-        raise TypeError("an NkiTensor has no truth value at trace time")
+        # `if cfg.index:` on an HBM tensor (a kernel argument or output) asks whether it was
+        # given, as on the real stack; an on-chip tile's value is only known on the device.
+        if not self.on_chip:
+            return True
+        raise TypeError(
+            "an on-chip NkiTensor has no truth value at trace time (its value is only known on the device)"
+        )
 
     def _ap(self) -> tuple:
         if self._nblock:

@@ -4,6 +4,7 @@ instructions while the kernel is traced."""
 
 from __future__ import annotations
 
+import abc
 import builtins
 import contextlib
 import math as _math
@@ -53,7 +54,32 @@ private_hbm = MemoryRegion.private_hbm
 shared_hbm = MemoryRegion.shared_hbm
 
 
-class NKIObject:
+class _NKIObjectType(abc.ABCMeta):
+    """Lets a ``@dataclass`` subclass take its plain (un-annotated) class attributes as keywords
+    too, and omit fields that have no default (they are None), as the real NKIObject does: the
+    dataclass constructor gets its own fields, the plain fields are set afterwards. (An ABCMeta,
+    so NKIObject still mixes with ``abc.ABC``.)"""
+
+    def __call__(cls, *args, **kwargs):
+        import dataclasses
+
+        dc = getattr(cls, "__dataclass_fields__", None)
+        if dc is None:
+            return super().__call__(*args, **kwargs)
+        plain = {k: kwargs.pop(k) for k in list(kwargs) if k not in dc and k in cls._nki_fields()}
+        # A required dataclass field the caller omitted is None, as the real NKIObject allows.
+        params = [f for f in dataclasses.fields(cls) if f.init]
+        for f in params[len(args) :]:
+            no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if no_default and f.name not in kwargs and not f.kw_only:
+                kwargs[f.name] = None
+        obj = super().__call__(*args, **kwargs)
+        for k, v in plain.items():
+            setattr(obj, k, v)
+        return obj
+
+
+class NKIObject(metaclass=_NKIObjectType):
     """Base class of user classes whose instances may be passed to and used in kernels
     (configuration objects). Fields are the class's annotated and plain class attributes; the
     default constructor takes them as keywords (or the annotated ones positionally, in order),

@@ -717,3 +717,70 @@ def test_loop_reduce_needs_loop_iterators():
 
     with pytest.raises(TypeError, match="loop_indices are iterators"):
         not_a_loop(_rand(4, 4))
+
+
+def test_dataclass_nkiobject_takes_plain_attributes_as_keywords():
+    """``@dataclass`` configs whose fields are plain class attributes (no annotation): the
+    dataclass constructor has no parameter for them, the real NKIObject accepts them anyway."""
+
+    @dataclasses.dataclass
+    class Section(nl.NKIObject):
+        index = None
+        offset = 0
+        width: int = 128
+
+    @dataclasses.dataclass
+    class NoAnnotations(nl.NKIObject):  # a dataclass with no fields at all
+        index = None
+
+    assert NoAnnotations(index=5).index == 5
+
+    @dataclasses.dataclass
+    class Sizes(nl.NKIObject):
+        rows: int
+        remainder: int
+
+    assert (Sizes(rows=4).rows, Sizes(rows=4).remainder) == (4, None)  # omitted field: None
+    assert Sizes(1, 2).remainder == 2
+
+    s = Section(index=3, width=64)
+    assert (s.index, s.offset, s.width) == (3, 0, 64)
+    assert Section(7).width == 7 and Section().index is None
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        Section(bogus=1)
+
+    import abc
+
+    class Both(nl.NKIObject, abc.ABC):  # still mixes with abc.ABC
+        @abc.abstractmethod
+        def f(self): ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Both()
+
+
+def test_hbm_tensor_is_truthy_on_chip_tile_is_not():
+    """Real library code tests optional tensor arguments with ``if cfg.index:``."""
+
+    @nki.jit
+    def optional_bias(x, bias):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if bias:  # an HBM argument: given
+            t = nl.add(t, nl.load(bias))
+        nl.store(out, t)
+        return out
+
+    x, b = _rand(4, 8), _rand(4, 8, seed=3)
+    np.testing.assert_allclose(optional_bias(x, b), x + b, rtol=1e-6)
+
+    @nki.jit
+    def branch_on_tile(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if t:
+            nl.store(out, t)
+        return out
+
+    with pytest.raises(TypeError, match="on-chip NkiTensor has no truth value"):
+        branch_on_tile(x)
