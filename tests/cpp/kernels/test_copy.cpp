@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/copy.h"
@@ -35,6 +37,31 @@ TEST(Copy, TransposeAndBroadcast) {
   copy(ref2d(dst.data(), DType::Float32, 4, 3, 3, 1), ref2d(src.data(), DType::Float32, 4, 3, 0, 1));
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 3; ++j) EXPECT_EQ(dst[i * 3 + j], src[j]);
+}
+
+// The tiled transpose path (large, same dtype) and the dim reordering (column-major views copy
+// in memory order), every tile edge included: 100 x 70 is no multiple of 8 or 32.
+TEST(Copy, TiledTransposeAndColumnMajorViews) {
+  const int64_t R = 100, C = 70;
+  std::vector<uint16_t> src(R * C), dst(R * C);
+  for (int64_t i = 0; i < R * C; ++i) src[i] = static_cast<uint16_t>(i * 7 + 3);
+  // dst[C, R] row-major = src[R, C]^T
+  copy(ref2d(dst.data(), DType::BFloat16, C, R, R, 1), ref2d(src.data(), DType::BFloat16, C, R, 1, C));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t r = 0; r < R; ++r) ASSERT_EQ(dst[c * R + r], src[r * C + c]) << c << "," << r;
+  // Both column-major (strides [1, R]): a plain copy of the block.
+  std::fill(dst.begin(), dst.end(), 0);
+  copy(ref2d(dst.data(), DType::BFloat16, R, C, 1, R), ref2d(src.data(), DType::BFloat16, R, C, 1, R));
+  EXPECT_EQ(dst, src);
+  // fp32 with a conversion keeps the row loops: bf16 -> fp32 transposed.
+  std::vector<float> f(R * C);
+  copy(ref2d(f.data(), DType::Float32, C, R, R, 1), ref2d(src.data(), DType::BFloat16, C, R, 1, C));
+  for (int64_t c = 0; c < C; ++c) {
+    uint32_t bits = static_cast<uint32_t>(src[5 * C + c]) << 16;
+    float want;
+    std::memcpy(&want, &bits, 4);
+    EXPECT_EQ(f[c * R + 5], want);
+  }
 }
 
 TEST(Copy, ConversionsRoundLikeAten) {
