@@ -6,6 +6,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from _out import say
 
 dist.init_process_group("neuron")
 r, w = dist.get_rank(), dist.get_world_size()
@@ -130,6 +131,6 @@ check("batch_isend_irecv ring", got[::65536], torch.full((ring // 65536,), float
 
 dist.barrier()
 backend = dist.group.WORLD._get_backend(d)
-print(f"rank {r} transport {backend._transport} hosts {backend._hosts}", flush=True)
+say(f"rank {r} transport {backend._transport} hosts {backend._hosts}")
 dist.destroy_process_group()
-print(f"rank {r} ok", flush=True)
+say(f"rank {r} ok")

@@ -8,6 +8,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from _out import say
 
 dist.init_process_group("neuron")
 r, w = dist.get_rank(), dist.get_world_size()
@@ -21,7 +22,7 @@ x = torch.ones(3, device=d)
 dist.all_reduce(x)
 assert x.cpu().tolist() == [float(w)] * 3, x
 dist.barrier()
-print(f"rank {r} agreeing collectives: ok", flush=True)
+say(f"rank {r} agreeing collectives: ok")
 
 
 def a2a(g):
@@ -50,14 +51,13 @@ for name, fn, needles in cases:
     try:
         fn(g)
         torch.neuron.synchronize()
-        print(f"rank {r} {name}: no error", flush=True)
+        say(f"rank {r} {name}: no error")
     except RuntimeError as e:
         msg = str(e)
         ok = ("mismatch" in msg.lower()) if detail else all(n in msg for n in needles)
-        print(f"rank {r} {name}: {'ok' if ok else 'bad'}: {msg.splitlines()[0][:400]}", flush=True)
+        say(f"rank {r} {name}: {'ok' if ok else 'bad'}: {msg.splitlines()[0][:400]}")
 # The default group is unaffected by the failures of the others.
 y = torch.full((2,), float(r), device=d)
 dist.all_reduce(y)
-print(f"rank {r} default group after failures: {'ok' if y.cpu().tolist() == [float(sum(range(w)))] * 2 else 'bad'}",
-      flush=True)
+say(f"rank {r} default group after failures: {'ok' if y.cpu().tolist() == [float(sum(range(w)))] * 2 else 'bad'}")
 os._exit(0)  # the failed groups cannot be destroyed collectively

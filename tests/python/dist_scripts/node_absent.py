@@ -6,13 +6,14 @@ import os
 import sys
 
 import torch.distributed as dist
+from _out import say
 
 if os.environ["GROUP_RANK"] == "1":
     sys.exit(0)
 r = int(os.environ["RANK"])
 try:
     dist.init_process_group("neuron")
-    print(f"rank {r} no error", flush=True)
+    say(f"rank {r} no error")
 except Exception as e:  # noqa: BLE001 - any error type is reported
-    print(f"rank {r} failed: {str(e).splitlines()[0]}", flush=True)
+    say(f"rank {r} failed: {str(e).splitlines()[0]}")
 os._exit(0)

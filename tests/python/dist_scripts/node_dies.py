@@ -9,6 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _out import say
 
 
 def kill_my_node():
@@ -40,9 +41,9 @@ try:
         x.div_(dist.get_world_size())
         x.cpu()
         time.sleep(0.05)
-    print(f"rank {r} no error", flush=True)
+    say(f"rank {r} no error")
 except RuntimeError as e:
-    print(f"rank {r} failed after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}", flush=True)
+    say(f"rank {r} failed after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}")
     # Fail as a job would (a clean exit would make torchrun wait for the dead node at its exit
     # barrier), after the other survivor had the time to report too.
     time.sleep(5)

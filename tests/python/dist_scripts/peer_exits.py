@@ -7,6 +7,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _out import say
 
 dist.init_process_group("neuron")
 r, w = dist.get_rank(), dist.get_world_size()
@@ -22,7 +23,7 @@ try:
         dist.all_reduce(x)
         x.cpu()
         time.sleep(0.01)
-    print(f"rank {r} no error", flush=True)
+    say(f"rank {r} no error")
 except RuntimeError as e:
-    print(f"rank {r} failed after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}", flush=True)
+    say(f"rank {r} failed after {time.monotonic() - start:.1f} s: {str(e).splitlines()[0]}")
 os._exit(0)
