@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
 
-#include "Interrupt.h"
 #include "kernels/tensor_ref.h"
+#include "python/Interrupt.h"
 #include "runtime/error.h"
 #include "runtime/interrupt.h"
 #include "runtime/runtime.h"
@@ -34,7 +34,7 @@ decltype(auto) translate_errors(F&& fn) {
   try {
     return fn();
   } catch (const rt::Interrupted& e) {
-    raise_interrupt(e.what());  // Ctrl-C: KeyboardInterrupt
+    pyglue::raise_interrupt(e.what());  // Ctrl-C: KeyboardInterrupt
   } catch (const rt::OutOfMemoryError& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
   } catch (const rt::Error& e) {

@@ -6,12 +6,12 @@
 
 #include "Common.h"
 #include "DeviceTime.h"
-#include "Interrupt.h"
 #include "NeuronGenerator.h"
-#include "NkiBindings.h"
+#include "NkiLaunch.h"
 #include "OpTracker.h"
 #include "RealStackFallback.h"
 #include "profiler/NeuronActivityProfiler.h"
+#include "python/Interrupt.h"
 #include "runtime/device_clock.h"
 #include "runtime/event.h"
 #include "runtime/thread_pool.h"
@@ -92,7 +92,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace neuron;
   using namespace neuron::torch_glue;
   m.doc() = "neuron-emu: the native part of torch_neuronx";
-  install_interrupt_poll();  // Ctrl-C interrupts waits for the device
+  pyglue::install_interrupt_poll();  // Ctrl-C interrupts waits for the device
   init_compiler_bindings(m);
 
   m.def("_device_count", [] {
@@ -246,7 +246,7 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(g));
   });
   m.def("_device_properties", [](int index) { return device_properties(index); });
-  register_nki(m);
+  register_nki_launch(m);
 
   m.def("_topology", [] {
     const rt::Topology& t = rt::Runtime::get().topology();

@@ -41,21 +41,32 @@ def cache_dir() -> str:
     return os.path.join(base, "neuron-emu", "nki-trace-cache")
 
 
-def _native_id() -> str:
-    """The native core build (its file's size and modification time)."""
-    from ._core import core
+_NATIVE_ID: str | None = None
 
-    name = getattr(core(), "__name__", "")
-    while name:
-        f = getattr(sys.modules.get(name), "__file__", None)
-        if f:
+
+def _native_id() -> str:
+    """The native core build: size and modification time of the extension and of the shared
+    libraries next to it (the NeuronCore model, kernels and runtime are libnki_core.so,
+    libneuron_kernels.so, libneuron_rt.so)."""
+    global _NATIVE_ID
+    if _NATIVE_ID is None:
+        from ._core import core
+
+        f = getattr(core(), "__file__", None)
+        if not f:
+            return "unknown"
+        d = os.path.dirname(f)
+        libs = [n for n in os.listdir(d) if n.startswith("lib") and n.endswith(".so")]
+        names = [os.path.basename(f), *libs]
+        parts = []
+        for name in sorted(names):
             try:
-                st = os.stat(f)
+                st = os.stat(os.path.join(d, name))
             except OSError:
-                break
-            return f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}"
-        name = name.rpartition(".")[0]
-    return "unknown"
+                return "unknown"
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+        _NATIVE_ID = ",".join(parts)
+    return _NATIVE_ID
 
 
 def key_material(func, version: str, spec, grid: tuple, target: dict) -> dict | str:

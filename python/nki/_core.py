@@ -1,4 +1,5 @@
-"""Access to the C++ NeuronCore model (``torch_neuronx._C._nki``) and the target machine."""
+"""Access to the C++ NeuronCore model (the extension ``nki._nki_native``, which needs no torch)
+and the target machine."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ _core = None
 
 
 def core():
-    """The native module; importing it loads torch and torch_neuronx on first use."""
+    """The native module (loaded on first use)."""
     global _core
     if _core is None:
-        import torch  # noqa: F401  (autoloads torch_neuronx; importing torch_neuronx first would recurse)
-        from torch_neuronx import _C
-
-        _core = _C._nki
+        try:
+            from . import _nki_native
+        except ImportError as e:
+            raise ImportError(
+                f"nki: cannot load its native core nki/_nki_native ({e}); build it with `make build`"
+            ) from e
+        _core = _nki_native
     return _core
 
 

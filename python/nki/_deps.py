@@ -25,14 +25,14 @@ import sysconfig
 import types
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_NEURONX_DIR = os.path.join(os.path.dirname(_PKG_DIR), "torch_neuronx")
+_OWN_DIRS: tuple[str, ...] = (_PKG_DIR + os.sep,)  # nki and the frameworks registered with it
 
 
 def _library_dirs() -> tuple[str, ...]:
-    """Code in these directories is not user code: its values are not recorded (the nki and
-    torch_neuronx sources are still hashed; the standard library and site-packages are keyed
-    by the Python version)."""
-    dirs = {_PKG_DIR + os.sep, _TORCH_NEURONX_DIR + os.sep}
+    """Code in these directories is not user code: its values are not recorded (the sources of
+    nki and of the frameworks registered with it are still hashed; the standard library and
+    site-packages are keyed by the Python version)."""
+    dirs = set(_OWN_DIRS)
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(name)
         if p:
@@ -41,7 +41,18 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 _LIBRARY_DIRS = _library_dirs()
-_SYSTEM_DIRS = tuple(d for d in _LIBRARY_DIRS if not d.startswith((_PKG_DIR, _TORCH_NEURONX_DIR)))
+_SYSTEM_DIRS = tuple(d for d in _LIBRARY_DIRS if not d.startswith(_OWN_DIRS))
+
+
+def add_library_dir(d: str) -> None:
+    """Treats the package in `d` like nki's own code (nki._frameworks.register)."""
+    global _OWN_DIRS, _LIBRARY_DIRS, _SYSTEM_DIRS
+    d = os.path.abspath(d) + os.sep
+    if d in _OWN_DIRS:
+        return
+    _OWN_DIRS = (*_OWN_DIRS, d)
+    _LIBRARY_DIRS = _library_dirs()
+    _SYSTEM_DIRS = tuple(x for x in _LIBRARY_DIRS if not x.startswith(_OWN_DIRS))
 _MISSING = object()
 _CO_NEWLOCALS = 0x0002
 

@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 
-from . import _cache, _deps, _tracer
+from . import _cache, _deps, _frameworks, _tracer
 from . import _dtypes as dt
 from ._core import core, target
 from ._tensor import MemoryRegion, NkiTensor, new_tensor
@@ -675,7 +675,7 @@ def _execute(
     want = _want_check(traced, check)
     prints = any("print" in s for inst in traced.meta["instances"] for s in inst["slots"])
     if framework == "neuron" and not host:
-        core().launch(
+        _frameworks.launcher("neuron")(
             traced.programs,
             bindings,
             int(device.index or 0),

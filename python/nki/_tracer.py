@@ -71,7 +71,15 @@ def mem_code(name: str) -> int:
 
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_TORCH_NEURONX_DIR = os.path.join(os.path.dirname(_PKG_DIR), "torch_neuronx")
+# Frames in these files are not kernel code: nki's own, and the packages of frameworks that
+# registered with nki (nki._frameworks).
+_NOT_KERNEL_CODE: tuple[str, ...] = (_PKG_DIR, "<frozen")
+
+
+def add_library_dir(d: str) -> None:
+    global _NOT_KERNEL_CODE
+    if d not in _NOT_KERNEL_CODE:
+        _NOT_KERNEL_CODE = (*_NOT_KERNEL_CODE, d)
 
 
 class TraceError(Exception):
@@ -102,7 +110,7 @@ class Trace:
         f = sys._getframe(1)
         while f is not None:
             fn = f.f_code.co_filename
-            if not fn.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
+            if not fn.startswith(_NOT_KERNEL_CODE):
                 key = (fn, f.f_lineno)
                 idx = self.loc_cache.get(key)
                 if idx is None:
@@ -202,7 +210,7 @@ class UnrolledRange:
 def caller_location() -> str:
     """file:line of the first frame outside the nki package (the kernel code calling an API)."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith((_PKG_DIR, _TORCH_NEURONX_DIR, "<frozen")):
+    while f is not None and f.f_code.co_filename.startswith(_NOT_KERNEL_CODE):
         f = f.f_back
     return f"{_short_path(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "<unknown>"
 

@@ -33,8 +33,15 @@ _os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 _register_device()
 
 # NKI: importing it here emits the NKI_ENABLE_TRACE_CACHE notice at `import torch` like the real
-# stack; the torch operator helpers (torch.library, Dynamo) load on first use.
+# stack; the torch operator helpers (torch.library, Dynamo) load on first use. nki imports no
+# torch: this package registers the neuron device with it (the launch of NKI kernels on neuron
+# tensors, and this folder, whose frames are not kernel code).
 import nki as nki
+import nki._frameworks as _nki_frameworks
+
+_nki_frameworks.register(
+    "neuron", package_dir=_os.path.dirname(_os.path.abspath(__file__)), launch=_C._nki_launch
+)
 
 from . import distributed, neuron
 from ._ops_tracking import clear_op_tracking, get_executed_ops, get_fallback_ops

@@ -6,7 +6,7 @@
 
 namespace py = pybind11;
 
-namespace neuron::torch_glue {
+namespace neuron::pyglue {
 namespace {
 
 // The exception Python's signal handler raised, taken by the poll on this thread.
@@ -62,4 +62,4 @@ void raise_interrupt(const std::string& what) {
   throw py::error_already_set();
 }
 
-}  // namespace neuron::torch_glue
+}  // namespace neuron::pyglue

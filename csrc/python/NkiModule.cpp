@@ -1,67 +1,30 @@
-// Python bindings of the NeuronCore model (torch_neuronx._C._nki): the program builder the NKI
-// tracer (python/nki) drives, synchronous execution on host memory (numpy / CPU tensors) and
-// asynchronous launch on a neuron device's current stream (one task per kernel call). Only
-// pybind11 and the lower layers are used here: the tracer hands over raw data pointers.
-#include "NkiBindings.h"
-
-#include "Interrupt.h"
-
+// The extension nki._nki_native: the NeuronCore model as python/nki drives it, without torch.
+// The program builder the NKI tracer fills, the instruction-set table, synchronous execution on
+// host memory (numpy arrays, CPU tensors), the cost model's estimates, and the translation of
+// NKI errors into nki.NkiValidationError. Launches on neuron devices are torch_neuronx's
+// (csrc/torch/NkiLaunch.cpp, registered with nki when torch_neuronx loads). The tracer hands
+// over raw data pointers; only pybind11 and the layers below are used here.
+#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <cctype>
-#include <mutex>
-#include <unordered_map>
 
-#include "DeviceTime.h"
+#include "Interrupt.h"
+#include "NkiRun.h"
 #include "nki/cost_model.h"
-#include "nki/device_time.h"
 #include "nki/error.h"
 #include "nki/executor.h"
 #include "nki/isa.h"
 #include "nki/launch.h"
 #include "nki/program.h"
-#include "runtime/runtime.h"
 #include "runtime/topology.h"
 
 namespace py = pybind11;
 
-namespace neuron::torch_glue {
+namespace neuron::pyglue {
 namespace {
 
 using nki::Program;
-
-
-// Estimated Trainium2 time of an eager NKI launch: one op launch plus the cost model's
-// estimate of its grid instances, kept per program set (a kernel is estimated once).
-double eager_nki_ns(const std::vector<std::shared_ptr<Program>>& progs) {
-  struct Entry {
-    std::vector<std::weak_ptr<Program>> progs;
-    double ns;
-  };
-  static std::mutex mu;
-  static std::unordered_map<const Program*, Entry> cache;
-  const nki::DeviceTimeParams& dp = torch_glue::device_time_params();
-  if (progs.empty()) return dp.eager_launch_ns;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(progs[0].get());
-    if (it != cache.end() && it->second.progs.size() == progs.size()) {
-      bool same = true;
-      for (size_t i = 0; i < progs.size() && same; ++i)
-        same = it->second.progs[i].lock() == progs[i];
-      if (same) return it->second.ns;
-    }
-  }
-  std::vector<const Program*> raw;
-  for (const auto& p : progs) raw.push_back(p.get());
-  const double ns = dp.eager_launch_ns + nki::nki_launch_ns(raw, dp.lnc);
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache.size() > 4096) cache.clear();
-  Entry e{{progs.begin(), progs.end()}, ns};
-  cache[progs[0].get()] = std::move(e);
-  return ns;
-}
 
 // Raises nki._errors.NkiValidationError (an AssertionError) carrying
 // kind/instruction/location/rule.
@@ -110,75 +73,6 @@ nki::Ap to_ap(const py::handle& h) {
   a.reg = static_cast<int16_t>(t[5].cast<int>());
   a.reg_scale = t[6].cast<int64_t>();
   return a;
-}
-
-// One HBM tensor of one kernel instance as the tracer binds it.
-struct PyBinding {
-  uintptr_t ptr = 0;
-  int64_t bytes = 0;
-  std::string name;
-  bool is_input = false;  // initialized by the caller
-  bool scratch = false;   // kernel-private HBM
-};
-
-struct Trace {
-  std::vector<nki::ExecRecord> records;
-  int64_t instructions = 0;
-};
-
-// Set by a launched task when a checked run of its programs finished without error: a program
-// counts as validated only then (a failed or still-queued checked run keeps the next call
-// checking). Written by the stream worker, read by the caller.
-struct CheckState {
-  std::atomic<bool> passed{false};
-};
-
-// Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
-std::vector<std::shared_ptr<Trace>> run_all(const std::vector<std::shared_ptr<Program>>& progs,
-                                            const std::vector<std::vector<PyBinding>>& binds,
-                                            bool check, bool record, int64_t max_iters) {
-  std::vector<const Program*> ps;
-  std::vector<std::vector<nki::HbmArg>> args;
-  for (size_t i = 0; i < progs.size(); ++i) {
-    ps.push_back(progs[i].get());
-    std::vector<nki::HbmArg> a;
-    for (const PyBinding& pb : binds[i])
-      a.push_back(nki::HbmArg{reinterpret_cast<uint8_t*>(pb.ptr), pb.bytes, pb.name, pb.is_input,
-                              pb.scratch});
-    args.push_back(std::move(a));
-  }
-  nki::LaunchOptions opt;
-  opt.check_uninit = check;
-  opt.record_trace = record;
-  opt.max_loop_iterations = max_iters;
-  std::vector<nki::ExecReport> reps = nki::run_launch(ps, args, opt);
-  std::vector<std::shared_ptr<Trace>> traces;
-  for (auto& rep : reps) {
-    auto t = std::make_shared<Trace>();
-    t->records = std::move(rep.trace);
-    t->instructions = rep.instructions;
-    traces.push_back(std::move(t));
-  }
-  return traces;
-}
-
-std::vector<std::vector<PyBinding>> to_bindings(const py::list& per_instance) {
-  std::vector<std::vector<PyBinding>> out;
-  for (const auto& inst : per_instance) {
-    std::vector<PyBinding> v;
-    for (const auto& item : inst.cast<py::list>()) {
-      auto t = item.cast<py::tuple>();
-      PyBinding b;
-      b.ptr = t[0].cast<uintptr_t>();
-      b.bytes = t[1].cast<int64_t>();
-      b.name = t[2].cast<std::string>();
-      b.is_input = t[3].cast<bool>();
-      b.scratch = t[4].cast<bool>();
-      v.push_back(std::move(b));
-    }
-    out.push_back(std::move(v));
-  }
-  return out;
 }
 
 py::dict target_dict(const nki::Target& t) {
@@ -262,10 +156,9 @@ py::dict isa_table() {
   return out;
 }
 
-}  // namespace
-
-void register_nki(py::module_& parent) {
-  py::module_ m = parent.def_submodule("_nki", "NeuronCore model behind the nki package");
+void init_module(py::module_& m) {
+  m.doc() = "The NeuronCore model behind the nki package (no torch)";
+  install_interrupt_poll();  // Ctrl-C stops a kernel running on the host
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -446,9 +339,7 @@ void register_nki(py::module_& parent) {
       "run",
       [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, bool check,
          bool record, int64_t max_iters) {
-        auto binds = to_bindings(bindings);
-        if (binds.size() != progs.size())
-          throw std::invalid_argument("nki: one binding list per program");
+        auto binds = to_bindings(bindings, progs.size());
         py::gil_scoped_release nogil;
         return run_all(progs, binds, check, record, max_iters);
       },
@@ -459,33 +350,13 @@ void register_nki(py::module_& parent) {
       .def(py::init<>())
       .def_property_readonly("passed", [](const CheckState& s) { return s.passed.load(); });
 
-  // Asynchronous execution on device memory: one task on the current stream of `device`.
-  // `check_state` (optional) is marked passed when a checked run completes without error.
-  m.def(
-      "launch",
-      [](const std::vector<std::shared_ptr<Program>>& progs, const py::list& bindings, int device,
-         const std::string& name, bool check, int64_t max_iters,
-         std::shared_ptr<CheckState> check_state) {
-        auto binds = to_bindings(bindings);
-        if (binds.size() != progs.size())
-          throw std::invalid_argument("nki: one binding list per program");
-        rt::Runtime::get().device(device);  // validates the index
-        // Read the environment here, so that a bad value fails the call, not the queued task.
-        if (max_iters <= 0) max_iters = nki::max_loop_iterations_from_env();
-        rt::Stream& stream = rt::current_stream(device);
-        const double est = eager_nki_ns(progs);
-        stream.launch(rt::intern("nki::" + name), [progs, binds, check, max_iters, check_state] {
-          run_all(progs, binds, check, false, max_iters);
-          if (check && check_state) check_state->passed.store(true);
-        }, est);
-      },
-      py::arg("programs"), py::arg("bindings"), py::arg("device"), py::arg("name"),
-      py::arg("check"), py::arg("max_iterations") = 0, py::arg("check_state") = nullptr);
-
   // NEURON_EMU_NKI_CHECK as the launches apply it ("first", "always", "never"); raises for a
   // value it does not know.
   m.def("check_policy",
         [] { return std::string(nki::check_policy_name(nki::check_policy_from_env())); });
 }
 
-}  // namespace neuron::torch_glue
+}  // namespace
+}  // namespace neuron::pyglue
+
+PYBIND11_MODULE(_nki_native, m) { neuron::pyglue::init_module(m); }

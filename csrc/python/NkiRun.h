@@ -1,0 +1,54 @@
+// What both extensions do with one NKI kernel call (nki._nki_native runs it on host memory,
+// torch_neuronx._C launches it on a neuron device): the binding lists python/nki passes, the
+// run of every grid instance, and the check state a device launch reports into. In
+// libneuron_py, so both extensions share one definition of each type.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nki/executor.h"
+#include "nki/program.h"
+
+namespace neuron::pyglue {
+
+// One HBM tensor of one kernel instance as the tracer binds it.
+struct PyBinding {
+  uintptr_t ptr = 0;
+  int64_t bytes = 0;
+  std::string name;
+  bool is_input = false;  // initialized by the caller
+  bool scratch = false;   // kernel-private HBM
+};
+
+// What a recorded run of one instance leaves for the cost model.
+struct Trace {
+  std::vector<nki::ExecRecord> records;
+  int64_t instructions = 0;
+};
+
+// Set by a launched task when a checked run of its programs finished without error: a program
+// counts as validated only then (a failed or still-queued checked run keeps the next call
+// checking). Written by the stream worker, read by the caller.
+struct CheckState {
+  std::atomic<bool> passed{false};
+};
+
+// bindings: per instance, a list of (data_ptr, nbytes, name, is_input, is_scratch) indexed by
+// HBM slot; one list per program (throws std::invalid_argument otherwise). Needs the GIL.
+// Exported explicitly: a function taking a pybind11 type (hidden visibility) would be hidden.
+[[gnu::visibility("default")]] std::vector<std::vector<PyBinding>> to_bindings(const pybind11::list& per_instance,
+                                                size_t num_programs);
+
+// Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
+// Does not touch Python objects (callable without the GIL). Throws nki::NkiError.
+std::vector<std::shared_ptr<Trace>> run_all(
+    const std::vector<std::shared_ptr<nki::Program>>& progs,
+    const std::vector<std::vector<PyBinding>>& binds, bool check, bool record, int64_t max_iters);
+
+}  // namespace neuron::pyglue
