@@ -1,7 +1,7 @@
 // One kernel launch: every grid instance of a traced kernel run in order on a NeuronCore state
 // of its target, with the HBM tensors bound per instance. Shared by the eager entry points
-// (torch_neuronx._C._nki) and NKI calls inside compiled programs (compiler/nki_call.h), so both
-// apply the same checking policy and report the same errors.
+// (nki._nki_native, torch_neuronx._C._nki_launch) and NKI calls inside compiled programs
+// (compiler/nki_call.h), so both apply the same checking policy and report the same errors.
 // Thread-safety: run_launch() may be called concurrently (each call acquires its own cores).
 #pragma once
 
