@@ -53,6 +53,8 @@ def add_library_dir(d: str) -> None:
     _OWN_DIRS = (*_OWN_DIRS, d)
     _LIBRARY_DIRS = _library_dirs()
     _SYSTEM_DIRS = tuple(x for x in _LIBRARY_DIRS if not x.startswith(_OWN_DIRS))
+
+
 _MISSING = object()
 _CO_NEWLOCALS = 0x0002
 

@@ -77,6 +77,7 @@ _NOT_KERNEL_CODE: tuple[str, ...] = (_PKG_DIR, "<frozen")
 
 
 def add_library_dir(d: str) -> None:
+    """Frames in `d` are not kernel code either (nki._frameworks.register)."""
     global _NOT_KERNEL_CODE
     if d not in _NOT_KERNEL_CODE:
         _NOT_KERNEL_CODE = (*_NOT_KERNEL_CODE, d)
