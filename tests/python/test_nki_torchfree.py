@@ -63,6 +63,14 @@ def matmul(lhsT, rhs):
     return out
 
 
+@nki.jit
+def reads_garbage(a):
+    out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=out, src=t)  # t was never written
+    return out
+
+
 rng = np.random.default_rng(0)
 a = rng.standard_normal((128, 256), dtype=np.float32)
 b = rng.standard_normal((128, 256), dtype=np.float32)
@@ -83,6 +91,13 @@ rhs = rng.standard_normal((128, 32), dtype=np.float32).astype(ml_dtypes.bfloat16
 mm = matmul(lhsT, rhs)
 mm_ref = lhsT.astype(np.float32).T @ rhs.astype(np.float32)
 
+# the native core's NKI errors become nki.NkiValidationError without torch too
+try:
+    reads_garbage(a)
+    error = None
+except nki.NkiValidationError as e:
+    error = [e.kind, e.instruction]
+
 digest = hashlib.sha256()
 for v in (*res.values(), mm):
     digest.update(np.ascontiguousarray(v).tobytes())
@@ -99,6 +114,7 @@ print(json.dumps({
     "profile_instructions": prof.estimate.instructions,
     "matmul_max_err": float(np.max(np.abs(mm - mm_ref))),
     "matmul_dtype": str(mm.dtype),
+    "error": error,
 }))
 """
 
@@ -133,6 +149,7 @@ def test_numpy_kernels_run_without_torch(py, path, mode):
     assert r["benchmark_p50_us"] * 1000 == pytest.approx(r["estimate_ns"])
     # bf16 products are exact in fp32; only the fp32 accumulation order may differ from numpy
     assert r["matmul_dtype"] == "float32" and r["matmul_max_err"] < 1e-3
+    assert r["error"] == ["uninitialized", "nki.isa.dma_copy"]
     # ... and without torch every result is bit for bit the one computed with torch loaded
     assert r["digest"] == with_torch["digest"]
     assert r["estimate_ns"] == with_torch["estimate_ns"]
