@@ -1,7 +1,8 @@
 """Ctrl-C stops a runaway NKI kernel: SIGINT during torch.neuron.synchronize(), during a copy to
-the CPU that waits for the kernel, or during a host run (numpy, also in a process without torch) raises KeyboardInterrupt
-within a fraction of a second; a kernel interrupted on the device fails (its outputs are incomplete) and
-says so at the next synchronization. Real subprocesses receive a real SIGINT."""
+the CPU that waits for the kernel, or during a host run (numpy, also in a process without torch)
+raises KeyboardInterrupt within a fraction of a second; a kernel interrupted on the device fails
+(its outputs are incomplete) and says so at the next synchronization. Real subprocesses receive
+a real SIGINT."""
 
 from __future__ import annotations
 
