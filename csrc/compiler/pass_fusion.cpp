@@ -12,11 +12,49 @@
 
 namespace neuron::cc {
 
+bool is_dense_reduction(const Graph& g, const UseInfo& uses, const Node& n) {
+  if (n.op != Op::sum && n.op != Op::mean && n.op != Op::prod && n.op != Op::amax &&
+      n.op != Op::amin)
+    return false;
+  const int x = n.inputs[0];
+  const TensorType& t = g.type(x);
+  auto is_float = [](DType d) {
+    return d == DType::Float32 || d == DType::BFloat16 || d == DType::Float16;
+  };
+  if (!is_float(t.dtype) || !is_float(g.type(n.outputs[0]).dtype) || t.rank() < 2) return false;
+  std::vector<bool> red(t.shape.size(), false);
+  const auto& dims = n.attrs.ints("dims");
+  if (dims.empty()) return false;  // a full reduction reduces the innermost dim too
+  for (int64_t d : dims) red[static_cast<size_t>(normalize_dim(d, t.rank(), "reduce"))] = true;
+  const size_t last = t.shape.size() - 1;
+  if (red[last] || t.shape[last] <= 1) return false;
+  bool reduces = false;
+  for (size_t d = 0; d < last; ++d) reduces = reduces || (red[d] && t.shape[d] > 1);
+  if (!reduces) return false;
+  // The input as the kernel will see it: a plain strided view whose innermost dim is dense.
+  int root = x;
+  while (true) {
+    const int p = uses.producer[static_cast<size_t>(root)];
+    if (p < 0 || op_kind(g.nodes[static_cast<size_t>(p)].op) != OpKind::Move) break;
+    root = g.nodes[static_cast<size_t>(p)].inputs[0];
+  }
+  std::vector<int64_t> strides = layout_of(g, root);
+  if (root != x) {
+    std::string why;
+    auto rv = resolve_view(g, uses, x, strides, is_contiguous_layout(g.type(root).shape, strides),
+                           &why);
+    if (!rv || rv->dom.rank() != t.rank()) return false;
+    strides = rv->addr.strides;
+  }
+  return strides.size() == t.shape.size() && strides[last] == 1;
+}
+
 namespace {
 
-bool fusable_node(const Graph& g, const Node& n) {
+bool fusable_node(const Graph& g, const UseInfo& uses, const Node& n) {
   const OpKind k = op_kind(n.op);
   if (n.op == Op::constant) return false;
+  if (k == OpKind::Reduce && is_dense_reduction(g, uses, n)) return false;
   if (!(is_elementwise(n.op) || k == OpKind::Reduce || k == OpKind::Struct)) return false;
   for (int o : n.outputs)
     if (!fusable_dtype(g.type(o).dtype)) return false;
@@ -199,7 +237,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
     std::set<size_t> fix_reshapes;  // node indices of reshapes whose input gets a copy
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      if (!fusable_node(g, n)) continue;
+      if (!fusable_node(g, uses, n)) continue;
       const bool red = op_kind(n.op) == OpKind::Reduce;
       const Shape F = red ? g.type(n.inputs[0]).shape : g.type(n.outputs[0]).shape;
       CodegenResult r =
@@ -256,7 +294,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       continue;
     }
     if (n.op == Op::constant) continue;
-    if (!fusable_node(g, n)) {
+    if (!fusable_node(g, uses, n)) {
       const int s = next_slot++;
       item_key[i] = s;
       for (int o : n.outputs) slot_of[static_cast<size_t>(o)] = s;
@@ -288,7 +326,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
         const int p = uses.producer[static_cast<size_t>(root)];
         if (p < 0 || inl_set.count(p)) continue;
         const Node& pn = g.nodes[static_cast<size_t>(p)];
-        if (!fusable_node(g, pn) || op_kind(pn.op) == OpKind::Reduce ||
+        if (!fusable_node(g, uses, pn) || op_kind(pn.op) == OpKind::Reduce ||
             op_kind(pn.op) == OpKind::Struct)
           continue;
         if (uses.output_uses[static_cast<size_t>(root)] > 0) continue;

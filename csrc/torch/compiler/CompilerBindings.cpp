@@ -274,11 +274,19 @@ class Executable {
     py::list result;
     std::vector<void*> out_ptrs(p.outputs.size());
     std::vector<at::Tensor> outs;
+    outs.resize(p.outputs.size());
+    for (const cc::OutputAlias& a : p.output_aliases) {  // views of inputs the program keeps
+      const cc::IOSpec& s = p.outputs[static_cast<size_t>(a.output)];
+      const at::Tensor& in = ins[static_cast<size_t>(a.input)];
+      outs[static_cast<size_t>(a.output)] =
+          in.as_strided(s.shape, s.strides, in.storage_offset() + a.offset);
+    }
     for (size_t k = 0; k < p.outputs.size(); ++k) {
+      if (outs[k].defined()) continue;
       const cc::IOSpec& s = p.outputs[k];
-      outs.push_back(at::empty_strided(
-          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev)));
-      out_ptrs[k] = outs.back().numel() ? outs.back().data_ptr() : nullptr;
+      outs[k] = at::empty_strided(
+          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev));
+      out_ptrs[k] = outs[k].numel() ? outs[k].data_ptr() : nullptr;
     }
     at::Tensor arena;
     void* arena_ptr = nullptr;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/attention.h"
+#include "kernels/reduce.h"
 #include "test_util.h"
 
 namespace neuron::cc::test {
@@ -93,6 +94,101 @@ TEST(CompilerExec, ReductionsOverLeadingAndAllDims) {
        g.add1(Op::sum, {x}, A({{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}})),
        g.add1(Op::argmax, {x}, A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}}))});
   check(g, {random_tensor(F32({6, 4, 5}), 5)});
+}
+
+TEST(CompilerExec, ColumnReductionsRunTheEagerReductionKernel) {
+  // A Linear's bias gradient: sum over the batch rows of an elementwise result. The product is
+  // one fused kernel over the contiguous domain, the sum one kernels::reduce call (what eager
+  // `sum(dim=0)` runs), so the result is eager's bit for bit.
+  Graph g;
+  const int x = g.add_input(F32({64, 40}));
+  const int y = g.add_input(F32({64, 40}));
+  const int prod = g.add1(Op::mul, {x, g.add1(Op::tanh, {y})});
+  const int col =
+      g.add1(Op::sum, {prod}, A({{"dims", std::vector<int64_t>{0}}, {"keepdim", int64_t{0}}}));
+  const int mx =
+      g.add1(Op::amax, {x}, A({{"dims", std::vector<int64_t>{0}}, {"keepdim", int64_t{1}}}));
+  g.set_outputs({prod, col, mx});
+  std::vector<HostTensor> in = {random_tensor(F32({64, 40}), 21), random_tensor(F32({64, 40}), 22)};
+  check(g, in);
+  Compiled c;
+  std::vector<HostTensor> in2 = in;
+  auto got = compile_and_run(g, in2, 2, &c);
+  int reduce = 0, fused = 0;
+  for (const Step& s : c.program.steps) {
+    reduce += s.kind == StepKind::Reduce;
+    fused += s.kind == StepKind::Fused;
+  }
+  EXPECT_EQ(reduce, 2) << describe(c.program);
+  EXPECT_EQ(fused, 1) << describe(c.program);
+  // Bitwise against the kernel on the compiled product.
+  std::vector<float> p(64 * 40), want(40);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(got[0].v[i]);
+  kernels::TensorRef pin, pout;
+  pin.data = p.data();
+  pin.dtype = kernels::DType::Float32;
+  pin.ndim = 2;
+  pin.sizes[0] = 64;
+  pin.sizes[1] = 40;
+  pin.strides[0] = 40;
+  pin.strides[1] = 1;
+  pout = pin;
+  pout.data = want.data();
+  pout.sizes[0] = 1;
+  pout.strides[0] = 0;
+  kernels::reduce(kernels::ReduceOp::Sum, kernels::DType::Float32, {}, pin, &pout, 1);
+  for (size_t j = 0; j < want.size(); ++j)
+    EXPECT_EQ(static_cast<float>(got[1].v[j]), want[j]) << "column " << j;
+}
+
+TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
+  // AOT's forward graphs return the transposed weight (and the input) for the backward: they
+  // alias the inputs instead of being copied. A view of a mutated input is still copied.
+  Graph g;
+  const int x = g.add_input(F32({8, 16}));
+  const int w = g.add_input(F32({16, 12}));
+  const int buf = g.add_input(F32({4, 6}));
+  const int wt = g.add1(Op::permute, {w}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int row = g.add1(Op::slice, {x}, A({{"dim", int64_t{0}}, {"start", int64_t{2}},
+                                            {"end", int64_t{5}}, {"step", int64_t{1}}}));
+  const int bt = g.add1(Op::permute, {buf}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int y = g.add1(Op::matmul, {x, w});
+  const int nb = g.add1(Op::add, {buf, g.scalar(1.0, DType::Float32)});
+  g.set_outputs({y, wt, x, row, bt});
+  g.values[static_cast<size_t>(wt)].strides = {1, 12};
+  g.values[static_cast<size_t>(row)].strides = {16, 1};
+  g.values[static_cast<size_t>(bt)].strides = {1, 6};
+  g.mutations.push_back(Mutation{2, nb});
+  std::vector<HostTensor> in = {random_tensor(F32({8, 16}), 31), random_tensor(F32({16, 12}), 32),
+                                random_tensor(F32({4, 6}), 33)};
+  check(g, in);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  std::vector<std::pair<int32_t, int32_t>> aliases;
+  for (const OutputAlias& a : c.program.output_aliases) aliases.push_back({a.output, a.input});
+  std::sort(aliases.begin(), aliases.end());
+  const std::vector<std::pair<int32_t, int32_t>> want = {{1, 1}, {2, 0}, {3, 0}};
+  EXPECT_EQ(aliases, want) << describe(c.program);
+  for (const OutputAlias& a : c.program.output_aliases)
+    if (a.output == 3) {
+      EXPECT_EQ(a.offset, 32);
+    }
+  int copies = 0;
+  for (const Step& s : c.program.steps) copies += s.kind == StepKind::Copy;
+  // The old value of the mutated input is returned (through a transpose): it is copied out and
+  // the mutation is written back at the end instead of in place.
+  EXPECT_EQ(copies, 2) << describe(c.program);
+  // The format keeps the aliases; validation refuses one of a written input.
+  ByteWriter bw;
+  serialize(c.program, bw);
+  ByteReader r(bw.buffer().data(), bw.size(), "program");
+  EXPECT_EQ(deserialize_program(r).output_aliases.size(), 3u);
+  Program bad = c.program;
+  bad.output_aliases[0].input = 2;
+  EXPECT_THROW(validate(bad), NeffError);
+  bad = c.program;
+  bad.output_aliases[0].offset = 1000;
+  EXPECT_THROW(validate(bad), NeffError);
 }
 
 TEST(CompilerExec, LongRowReductionIsChunked) {
