@@ -369,17 +369,43 @@ VM_ICMP(ic_le, x <= y)
 VM_ICMP(ic_gt, x > y)
 VM_ICMP(ic_ge, x >= y)
 
-void where_f(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) {
-  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
-  if (mode == 0) {
-    for (int64_t i = 0; i < n; ++i) d[i] = c[i] != 0.0f ? a[i] : b[i];
-    return;
+// Branch-free selects (the compiler vectorizes them; a data-dependent branch per element, e.g.
+// a ReLU mask, mispredicts half the time). A scalar operand is read once.
+template <typename T, bool C, bool A, bool B>
+void where_loop(T* d, const float* c, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float cv = C ? c[0] : c[i];
+    const T av = A ? a[0] : a[i];
+    const T bv = B ? b[0] : b[i];
+    d[i] = cv != 0.0f ? av : bv;
   }
-  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+}
+template <typename T>
+void where_any(T* d, const float* c, const T* a, const T* b, int64_t n, int mode) {
+  switch (mode & 7) {
+    case 0:
+      return where_loop<T, false, false, false>(d, c, a, b, n);
+    case 1:
+      return where_loop<T, true, false, false>(d, c, a, b, n);
+    case 2:
+      return where_loop<T, false, true, false>(d, c, a, b, n);
+    case 3:
+      return where_loop<T, true, true, false>(d, c, a, b, n);
+    case 4:
+      return where_loop<T, false, false, true>(d, c, a, b, n);
+    case 5:
+      return where_loop<T, true, false, true>(d, c, a, b, n);
+    case 6:
+      return where_loop<T, false, true, true>(d, c, a, b, n);
+    default:
+      return where_loop<T, true, true, true>(d, c, a, b, n);
+  }
+}
+void where_f(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) {
+  where_any<float>(d, c, a, b, n, mode);
 }
 void where_i(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n, int mode) {
-  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
-  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+  where_any<int64_t>(d, c, a, b, n, mode);
 }
 void i2f(float* d, const int64_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(a[i]);
