@@ -298,11 +298,22 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     const int v = p.output_copy[k];
     if (v < 0) continue;
     const int root = chain_root_of(g, uses, v);
-    const auto in_it = std::find(g.inputs.begin(), g.inputs.end(), root);
-    if (in_it == g.inputs.end() || g.type(root).dtype != g.type(v).dtype) continue;
-    const int in_idx = static_cast<int>(in_it - g.inputs.begin());
-    if (mutated.count(in_idx)) continue;
-    std::vector<int64_t> strides = g.strides_of(root);
+    if (g.type(root).dtype != g.type(v).dtype) continue;
+    const Location& rl = p.loc[static_cast<size_t>(root)];
+    int base = -1;
+    bool of_output = false;
+    std::vector<int64_t> strides;
+    if (rl.set && rl.space == Space::Output && p.output_copy[static_cast<size_t>(rl.index)] < 0) {
+      base = rl.index;  // a view of another output (computed in place there)
+      of_output = true;
+      strides = rl.strides;
+    } else {
+      const auto in_it = std::find(g.inputs.begin(), g.inputs.end(), root);
+      if (in_it == g.inputs.end()) continue;
+      base = static_cast<int>(in_it - g.inputs.begin());
+      if (mutated.count(base)) continue;
+      strides = g.strides_of(root);
+    }
     int64_t offset = 0;
     if (root != v) {
       std::string why;
@@ -317,7 +328,7 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     for (size_t d = 0; same && d < strides.size(); ++d)
       if (spec.shape[d] != 1 && spec.strides[d] != strides[d]) same = false;
     if (!same) continue;
-    p.output_aliases.push_back(OutputAlias{static_cast<int32_t>(k), in_idx, offset});
+    p.output_aliases.push_back(OutputAlias{static_cast<int32_t>(k), base, offset, of_output});
     p.output_copy[k] = -1;
   }
   // Everything else produced by a node lives in the arena.
@@ -418,8 +429,8 @@ std::string print_plan(const Graph& g, const Plan& p) {
     os << "\n";
   }
   for (const OutputAlias& a : p.output_aliases)
-    os << "  output#" << a.output << " is a view of input#" << a.input << " (offset " << a.offset
-       << ")\n";
+    os << "  output#" << a.output << " is a view of " << (a.of_output ? "output#" : "input#")
+       << a.input << " (offset " << a.offset << ")\n";
   for (size_t i = 0; i < p.inplace.size(); ++i)
     if (p.inplace[i])
       os << "  node #" << i << " (" << op_name(g.nodes[i].op) << ") writes its input in place\n";

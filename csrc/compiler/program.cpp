@@ -134,6 +134,7 @@ void serialize(const Program& p, ByteWriter& w) {
     w.i32(a.output);
     w.i32(a.input);
     w.i64(a.offset);
+    w.u8(a.of_output ? 1 : 0);
   }
   w.i64(p.arena_bytes);
   w.u64(p.steps.size());
@@ -173,6 +174,7 @@ Program deserialize_program(ByteReader& r, bool check) {
     a.output = r.i32("alias.output");
     a.input = r.i32("alias.input");
     a.offset = r.i64("alias.offset");
+    a.of_output = r.u8("alias.of_output") != 0;
     p.output_aliases.push_back(a);
   }
   p.arena_bytes = r.i64("program.arena_bytes");
@@ -275,22 +277,29 @@ void validate(const Program& p) {
       throw NeffError("program: mutated input out of range");
   std::vector<bool> aliased(p.outputs.size(), false);
   for (const OutputAlias& a : p.output_aliases) {
-    if (a.output < 0 || static_cast<size_t>(a.output) >= p.outputs.size() || a.input < 0 ||
-        static_cast<size_t>(a.input) >= p.inputs.size() || aliased[static_cast<size_t>(a.output)])
+    if (a.output < 0 || static_cast<size_t>(a.output) >= p.outputs.size() ||
+        aliased[static_cast<size_t>(a.output)])
       throw NeffError("program: output alias out of range");
     aliased[static_cast<size_t>(a.output)] = true;
-    if (std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), a.input) !=
-        p.mutated_inputs.end())
+  }
+  for (const OutputAlias& a : p.output_aliases) {
+    const auto& bases = a.of_output ? p.outputs : p.inputs;
+    const char* what = a.of_output ? "output" : "input";
+    if (a.input < 0 || static_cast<size_t>(a.input) >= bases.size() ||
+        (a.of_output && (a.input == a.output || aliased[static_cast<size_t>(a.input)])))
+      throw NeffError(rt::str("program: output #", a.output, " aliases a bad ", what));
+    if (!a.of_output && std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), a.input) !=
+                            p.mutated_inputs.end())
       throw NeffError(rt::str("program: output #", a.output, " aliases input #", a.input,
                               ", which the program writes"));
-    const IOSpec& in = p.inputs[static_cast<size_t>(a.input)];
+    const IOSpec& in = bases[static_cast<size_t>(a.input)];
     const IOSpec& out = p.outputs[static_cast<size_t>(a.output)];
     int64_t lo, hi;
     if (out.dtype != in.dtype || out.strides.size() != out.shape.size())
-      throw NeffError(rt::str("program: output #", a.output, " cannot alias input #", a.input));
+      throw NeffError(rt::str("program: output #", a.output, " cannot alias ", what, " #", a.input));
     if (extent(out.shape, out.strides, a.offset, kernels::element_size(out.dtype), &lo, &hi) &&
         (lo < 0 || hi > in.storage_elements() * static_cast<int64_t>(kernels::element_size(in.dtype))))
-      throw NeffError(rt::str("program: output #", a.output, " reaches outside input #", a.input));
+      throw NeffError(rt::str("program: output #", a.output, " reaches outside ", what, " #", a.input));
   }
   for (const Step& s : p.steps) {
     for (const TensorDesc& d : s.tensors) {
@@ -357,7 +366,7 @@ std::string describe(const Program& p) {
     os << "  out" << i << ": " << spec_str(p.outputs[i]);
     for (const OutputAlias& a : p.output_aliases)
       if (a.output == static_cast<int32_t>(i)) {
-        os << " = view of in" << a.input << " (strides";
+        os << " = view of " << (a.of_output ? "out" : "in") << a.input << " (strides";
         for (int64_t st : p.outputs[i].strides) os << " " << st;
         os << ", offset " << a.offset << ")";
       }

@@ -84,12 +84,14 @@ struct IOSpec {
 };
 
 // An output that is a view of an input the program never writes (a weight's transpose saved
-// for the backward, an input returned as is): no step writes it; the caller returns that input
-// seen with the output's shape and strides, `offset` elements from the input's start.
+// for the backward, an input returned as is) or of another output (a reshape of it): no step
+// writes it; the caller returns that buffer seen with the output's shape and strides, `offset`
+// elements from the buffer's start. The base output is not an alias itself.
 struct OutputAlias {
   int32_t output = 0;
-  int32_t input = 0;
+  int32_t input = 0;  // the base: an input index, or an output index when of_output
   int64_t offset = 0;
+  bool of_output = false;
 };
 
 struct Program {

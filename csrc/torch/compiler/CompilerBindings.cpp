@@ -275,18 +275,21 @@ class Executable {
     std::vector<void*> out_ptrs(p.outputs.size());
     std::vector<at::Tensor> outs;
     outs.resize(p.outputs.size());
-    for (const cc::OutputAlias& a : p.output_aliases) {  // views of inputs the program keeps
-      const cc::IOSpec& s = p.outputs[static_cast<size_t>(a.output)];
-      const at::Tensor& in = ins[static_cast<size_t>(a.input)];
-      outs[static_cast<size_t>(a.output)] =
-          in.as_strided(s.shape, s.strides, in.storage_offset() + a.offset);
-    }
+    std::vector<bool> aliased(p.outputs.size(), false);
+    for (const cc::OutputAlias& a : p.output_aliases) aliased[static_cast<size_t>(a.output)] = true;
     for (size_t k = 0; k < p.outputs.size(); ++k) {
-      if (outs[k].defined()) continue;
+      if (aliased[k]) continue;
       const cc::IOSpec& s = p.outputs[k];
       outs[k] = at::empty_strided(
           s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev));
       out_ptrs[k] = outs[k].numel() ? outs[k].data_ptr() : nullptr;
+    }
+    // Views of inputs the program does not write, or of other outputs.
+    for (const cc::OutputAlias& a : p.output_aliases) {
+      const cc::IOSpec& s = p.outputs[static_cast<size_t>(a.output)];
+      const at::Tensor& base = (a.of_output ? outs : ins)[static_cast<size_t>(a.input)];
+      outs[static_cast<size_t>(a.output)] =
+          base.as_strided(s.shape, s.strides, base.storage_offset() + a.offset);
     }
     at::Tensor arena;
     void* arena_ptr = nullptr;

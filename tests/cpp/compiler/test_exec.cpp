@@ -2,6 +2,7 @@
 // reference interpreter. Tolerances: fp32 kernels use polynomial exp/log/tanh/erf (a few ulp)
 // and a different summation order than the double-precision reference: rtol 2e-5.
 #include <algorithm>
+#include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/reduce.h"
@@ -153,8 +154,9 @@ TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
                                             {"end", int64_t{5}}, {"step", int64_t{1}}}));
   const int bt = g.add1(Op::permute, {buf}, A({{"perm", std::vector<int64_t>{1, 0}}}));
   const int y = g.add1(Op::matmul, {x, w});
+  const int yt = g.add1(Op::reshape, {y}, A({{"shape", std::vector<int64_t>{2, 4, 12}}}));
   const int nb = g.add1(Op::add, {buf, g.scalar(1.0, DType::Float32)});
-  g.set_outputs({y, wt, x, row, bt});
+  g.set_outputs({y, wt, x, row, bt, yt});
   g.values[static_cast<size_t>(wt)].strides = {1, 12};
   g.values[static_cast<size_t>(row)].strides = {16, 1};
   g.values[static_cast<size_t>(bt)].strides = {1, 6};
@@ -164,10 +166,12 @@ TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
   check(g, in);
   Compiled c;
   compile_and_run(g, in, 2, &c);
-  std::vector<std::pair<int32_t, int32_t>> aliases;
-  for (const OutputAlias& a : c.program.output_aliases) aliases.push_back({a.output, a.input});
+  std::vector<std::tuple<int32_t, int32_t, bool>> aliases;
+  for (const OutputAlias& a : c.program.output_aliases)
+    aliases.push_back({a.output, a.input, a.of_output});
   std::sort(aliases.begin(), aliases.end());
-  const std::vector<std::pair<int32_t, int32_t>> want = {{1, 1}, {2, 0}, {3, 0}};
+  const std::vector<std::tuple<int32_t, int32_t, bool>> want = {
+      {1, 1, false}, {2, 0, false}, {3, 0, false}, {5, 0, true}};  // 5: a reshape of output 0
   EXPECT_EQ(aliases, want) << describe(c.program);
   for (const OutputAlias& a : c.program.output_aliases)
     if (a.output == 3) {
@@ -182,9 +186,14 @@ TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
   ByteWriter bw;
   serialize(c.program, bw);
   ByteReader r(bw.buffer().data(), bw.size(), "program");
-  EXPECT_EQ(deserialize_program(r).output_aliases.size(), 3u);
+  EXPECT_EQ(deserialize_program(r).output_aliases.size(), 4u);
   Program bad = c.program;
-  bad.output_aliases[0].input = 2;
+  for (OutputAlias& a : bad.output_aliases)
+    if (!a.of_output) a.input = 2;
+  EXPECT_THROW(validate(bad), NeffError);
+  bad = c.program;
+  for (OutputAlias& a : bad.output_aliases)
+    if (a.of_output) a.input = 1;  // output 1 is an alias itself
   EXPECT_THROW(validate(bad), NeffError);
   bad = c.program;
   bad.output_aliases[0].offset = 1000;

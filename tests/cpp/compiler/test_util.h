@@ -149,7 +149,7 @@ inline std::vector<HostTensor> run_program(const Program& p, std::vector<HostTen
     const uint8_t* data = out_bytes[k].data();
     for (const OutputAlias& a : p.output_aliases)  // a view of an input: read it there
       if (a.output == static_cast<int32_t>(k))
-        data = in_bytes[static_cast<size_t>(a.input)].data() +
+        data = (a.of_output ? out_bytes : in_bytes)[static_cast<size_t>(a.input)].data() +
                a.offset * static_cast<int64_t>(kernels::element_size(p.outputs[k].dtype));
     outs.push_back(
         decode(TensorType{p.outputs[k].dtype, p.outputs[k].shape}, data, p.outputs[k].strides));
