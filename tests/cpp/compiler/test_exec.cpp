@@ -200,6 +200,57 @@ TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
   EXPECT_THROW(validate(bad), NeffError);
 }
 
+TEST(CompilerExec, SumOfSlicesScatteredIntoZerosIsACat) {
+  // The backward of q, k, v split from one packed projection: three slice_scatters into zeros,
+  // added. It becomes one fused cat (no zero fill, scatter or add steps).
+  Graph g;
+  const int a = g.add_input(F32({1, 4, 6}));
+  const int b = g.add_input(F32({2, 4, 6}));
+  const int c = g.add_input(F32({1, 4, 6}));
+  const int zero = g.add1(Op::expand, {g.scalar(0.0, DType::Float32)},
+                          A({{"shape", std::vector<int64_t>{4, 4, 6}}}));
+  auto scatter = [&](int src, int64_t start, int64_t end) {
+    return g.add1(Op::slice_scatter, {zero, src},
+                  A({{"dim", int64_t{0}}, {"start", start}, {"end", end}, {"step", int64_t{1}}}));
+  };
+  const int s = g.add1(Op::add, {g.add1(Op::add, {scatter(c, 3, 4), scatter(a, 0, 1)}),
+                                 scatter(b, 1, 3)});
+  g.set_outputs({g.add1(Op::mul, {s, g.scalar(2.0, DType::Float32)})});
+  std::vector<HostTensor> in = {random_tensor(F32({1, 4, 6}), 41), random_tensor(F32({2, 4, 6}), 42),
+                                random_tensor(F32({1, 4, 6}), 43)};
+  Compiled cp;
+  std::vector<HostTensor> in2 = in;
+  auto got = compile_and_run(g, in2, 2, &cp);
+  ASSERT_EQ(cp.program.steps.size(), 1u) << describe(cp.program);
+  EXPECT_EQ(cp.program.steps[0].kind, StepKind::Fused);
+  std::vector<double> want;  // rows 0 (a), 1-2 (b), 3 (c), doubled
+  for (const HostTensor* t : {&in[0], &in[1], &in[2]})
+    for (double v : t->v) want.push_back(2.0 * v);
+  ASSERT_EQ(got[0].v.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[0].v[i], want[i]) << i;
+  // Pieces that leave a gap stay scatters.
+  Graph h;
+  const int x = h.add_input(F32({1, 4, 6}));
+  const int z = h.add1(Op::expand, {h.scalar(0.0, DType::Float32)},
+                       A({{"shape", std::vector<int64_t>{3, 4, 6}}}));
+  auto sc = [&](int64_t start) {
+    return h.add1(Op::slice_scatter, {z, x},
+                  A({{"dim", int64_t{0}}, {"start", start}, {"end", start + 1}, {"step", int64_t{1}}}));
+  };
+  h.set_outputs({h.add1(Op::add, {sc(0), sc(2)})});
+  std::vector<HostTensor> hin = {random_tensor(F32({1, 4, 6}), 44)};
+  Compiled ch;
+  auto hgot = compile_and_run(h, hin, 2, &ch);
+  int scatters = 0;
+  for (const Step& st : ch.program.steps) scatters += st.kind == StepKind::SliceScatter;
+  EXPECT_EQ(scatters, 2) << describe(ch.program);
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(hgot[0].v[i], hin[0].v[i]);
+    EXPECT_EQ(hgot[0].v[24 + i], 0.0);
+    EXPECT_EQ(hgot[0].v[48 + i], hin[0].v[i]);
+  }
+}
+
 TEST(CompilerExec, LongRowReductionIsChunked) {
   Graph g;
   const int x = g.add_input(F32({2, 20000}));
