@@ -638,6 +638,7 @@ PassStats legalize_views(Graph& g) {
   UseInfo uses(g);
   std::vector<Node> out;
   const std::vector<Node> orig = g.nodes;  // chains are read from here while `out` grows
+  std::map<int, int> materialized;         // value -> its copy
   for (Node n : orig) {
     const OpKind k = op_kind(n.op);
     if (k == OpKind::Move || n.op == Op::constant || (n.op == Op::fused && !n.attrs.has("gemm"))) {
@@ -666,42 +667,66 @@ PassStats legalize_views(Graph& g) {
         views[i] = rv;
         continue;
       }
-      // Materialize the view with a copy kernel.
-      auto body = std::make_shared<Graph>();
-      body->name = "view_copy";
-      // Body: input root -> the same chain -> copy.
-      std::vector<const Node*> chain;
+      // Materialize the view with a copy kernel, at the last reshape of its chain when there is
+      // one: what follows a reshape (permute, slice, expand) is a strided view of the copy, so
+      // operands seeing one reshaped value through different permutes (x and x^T of a backward
+      // GEMM pair) share one copy. Copies are made once per value.
+      std::vector<const Node*> chain;  // producers from v up to the root
       for (int x = v; x != root;) {
         const Node& mv = orig[static_cast<size_t>(uses.producer[static_cast<size_t>(x)])];
         chain.push_back(&mv);
         x = mv.inputs[0];
       }
-      int cur = body->add_input(g.type(root));
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        Node c;
-        c.op = (*it)->op;
-        c.attrs = (*it)->attrs;
-        c.inputs = {cur};
-        c.outputs = {body->add_value(g.type((*it)->outputs[0]))};
-        cur = c.outputs[0];
-        body->nodes.push_back(std::move(c));
+      size_t cut = 0;  // chain[cut] makes the value that is copied
+      for (size_t c = 0; c < chain.size(); ++c)
+        if (chain[c]->op == Op::reshape) {
+          cut = c;
+          break;
+        }
+      const int target = chain[cut]->outputs[0];
+      int cur;
+      auto done = materialized.find(target);
+      if (done != materialized.end()) {
+        cur = done->second;
+      } else {
+        auto body = std::make_shared<Graph>();
+        body->name = "view_copy";
+        int b = body->add_input(g.type(root));
+        for (size_t c = chain.size(); c-- > cut;) {
+          Node m;
+          m.op = chain[c]->op;
+          m.attrs = chain[c]->attrs;
+          m.inputs = {b};
+          m.outputs = {body->add_value(g.type(chain[c]->outputs[0]))};
+          b = m.outputs[0];
+          body->nodes.push_back(std::move(m));
+        }
+        Node cp;
+        cp.op = Op::copy;
+        cp.inputs = {b};
+        cp.outputs = {body->add_value(g.type(target))};
+        body->nodes.push_back(cp);
+        body->outputs = {cp.outputs[0]};
+        Node f;
+        f.op = Op::fused;
+        f.inputs = {root};
+        f.outputs = {g.add_value(g.type(target))};
+        f.body = body;
+        f.attrs.set("domain", g.type(target).shape);
+        f.attrs.set("reduced", std::vector<int64_t>(g.type(target).shape.size(), 0));
+        cur = f.outputs[0];
+        materialized[target] = cur;
+        out.push_back(std::move(f));
+        ++st.changed;
       }
-      Node cp;
-      cp.op = Op::copy;
-      cp.inputs = {cur};
-      cp.outputs = {body->add_value(g.type(v))};
-      body->nodes.push_back(cp);
-      body->outputs = {cp.outputs[0]};
-      Node f;
-      f.op = Op::fused;
-      f.inputs = {root};
-      f.outputs = {g.add_value(g.type(v))};
-      f.body = body;
-      f.attrs.set("domain", g.type(v).shape);
-      f.attrs.set("reduced", std::vector<int64_t>(g.type(v).shape.size(), 0));
-      v = f.outputs[0];
-      out.push_back(std::move(f));
-      ++st.changed;
+      for (size_t c = cut; c-- > 0;) {  // the views after the reshape, on the copy
+        Node m = *chain[c];
+        m.inputs = {cur};
+        m.outputs = {g.add_value(g.type(chain[c]->outputs[0]))};
+        cur = m.outputs[0];
+        out.push_back(std::move(m));
+      }
+      v = cur;
     }
     out.push_back(std::move(n));
   }

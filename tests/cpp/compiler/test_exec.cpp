@@ -251,6 +251,31 @@ TEST(CompilerExec, SumOfSlicesScatteredIntoZerosIsACat) {
   }
 }
 
+TEST(CompilerExec, AReshapedViewSeenByTwoGemmsIsCopiedOnce) {
+  // A backward GEMM pair reads reshape(permute(g)) and its transpose: one copy of the reshape,
+  // the transpose a strided operand of the second GEMM.
+  Graph g;
+  const int x = g.add_input(F32({2, 3, 4}));
+  const int w = g.add_input(F32({4, 5}));
+  const int y = g.add_input(F32({6, 7}));
+  const int p = g.add1(Op::permute, {x}, A({{"perm", std::vector<int64_t>{1, 0, 2}}}));
+  const int r = g.add1(Op::reshape, {p}, A({{"shape", std::vector<int64_t>{6, 4}}}));
+  const int rt = g.add1(Op::permute, {r}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  g.set_outputs({g.add1(Op::matmul, {r, w}), g.add1(Op::matmul, {rt, y})});
+  std::vector<HostTensor> in = {random_tensor(F32({2, 3, 4}), 51), random_tensor(F32({4, 5}), 52),
+                                random_tensor(F32({6, 7}), 53)};
+  check(g, in);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  int fused = 0, gemm = 0;
+  for (const Step& st : c.program.steps) {
+    fused += st.kind == StepKind::Fused;
+    gemm += st.kind == StepKind::Gemm;
+  }
+  EXPECT_EQ(fused, 1) << describe(c.program);
+  EXPECT_EQ(gemm, 2) << describe(c.program);
+}
+
 TEST(CompilerExec, LongRowReductionIsChunked) {
   Graph g;
   const int x = g.add_input(F32({2, 20000}));
