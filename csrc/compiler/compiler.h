@@ -13,7 +13,7 @@
 namespace neuron::cc {
 
 // Bumped whenever generated programs change: part of every cache key.
-constexpr const char* kCompilerVersion = "neuron-emu-cc 0.1.0 (neff 1)";
+constexpr const char* kCompilerVersion = "neuron-emu-cc 0.1.0 (neff 2)";
 // kCompilerVersion plus a hash of the compiler's sources (so a rebuilt compiler never reuses
 // NEFFs of different code).
 const char* compiler_build_id();

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/copy.h"
 #include "kernels/norm.h"
+#include "kernels/reduce.h"
 #include "kernels/softmax.h"
 #include "program.h"
 #include "runtime/env.h"
@@ -317,6 +318,22 @@ void run_step(const Step& s, const Buffers& b) {
       kernels::softmax_backward(T(2), T(0), T(1), static_cast<int>(s.ints.at(0)),
                                 s.ints.at(1) != 0);
       return;
+    case StepKind::Reduce: {
+      static constexpr kernels::ReduceOp kOps[] = {kernels::ReduceOp::Sum, kernels::ReduceOp::Mean,
+                                                   kernels::ReduceOp::Prod, kernels::ReduceOp::Max,
+                                                   kernels::ReduceOp::Min};
+      const int64_t op = s.ints.at(0);
+      if (op < 0 || op > 4) throw ExecError("reduce: unknown reduction");
+      const kernels::TensorRef in = T(0), out = T(1);
+      // The dtype eager reduces in: the result's for sum/mean/prod, the input's for max/min.
+      const kernels::DType compute = op <= 2 ? out.dtype : in.dtype;
+      try {
+        kernels::reduce(kOps[op], compute, {}, in, &out, 1);
+      } catch (const std::invalid_argument& e) {
+        throw ExecError(rt::str("reduce: ", e.what()));
+      }
+      return;
+    }
     case StepKind::LayerNorm:
       return layer_norm(s, b);
     case StepKind::LayerNormBackward:

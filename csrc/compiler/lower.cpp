@@ -62,6 +62,14 @@ std::vector<int> readers(const Graph& g, const UseInfo& uses, int v) {
   return r;
 }
 
+// True when a graph output is `v` or a view of it (it is copied out at the end, after every
+// step: an in-place write of v's buffer would change it).
+bool returned(const Graph& g, const UseInfo& uses, int v) {
+  for (int o : g.outputs)
+    if (chain_root_of(g, uses, o) == v) return true;
+  return false;
+}
+
 // A mutation whose value is one scatter into the input, or a chain of them, x -> s1 -> ... -> sk
 // (each s_j = index_put/scatter/slice_scatter of s_{j-1}; a stacked KV cache updated layer by
 // layer), runs in place when every reader of each version runs before the scatter that makes
@@ -83,6 +91,7 @@ bool inplace_scatter_chain(const Graph& g, const UseInfo& uses, const Mutation& 
       return false;
     const int base = n.inputs[0];
     if (std::count(n.inputs.begin(), n.inputs.end(), base) != 1) return false;
+    if (base == in_v && returned(g, uses, in_v)) return false;
     if (g.type(base) != g.type(v)) return false;
     for (int r : readers(g, uses, base))
       if (r != prod && r > prod) return false;
@@ -214,7 +223,7 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     if (prod >= 0) {
       const Node& n = g.nodes[static_cast<size_t>(prod)];
       std::vector<int> rd = readers(g, uses, in_v);
-      bool others_before = true;
+      bool others_before = !returned(g, uses, in_v);
       for (int r : rd)
         if (r != prod && r > prod) others_before = false;
       Location& l = p.loc[static_cast<size_t>(m.value)];
@@ -279,6 +288,48 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     }
     if (!done) done = inplace_scatter_chain(g, uses, m, p);
     if (!done) p.end_copies.push_back(m);
+  }
+  // Outputs that are views of an input the program does not write, with the layout the caller
+  // asked for, are that input seen through the view (no copy): AOT's forward graphs return the
+  // transposed weights and the inputs their backward needs.
+  std::set<int> mutated;
+  for (const Mutation& m : g.mutations) mutated.insert(m.input_index);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const int v = p.output_copy[k];
+    if (v < 0) continue;
+    const int root = chain_root_of(g, uses, v);
+    if (g.type(root).dtype != g.type(v).dtype) continue;
+    const Location& rl = p.loc[static_cast<size_t>(root)];
+    int base = -1;
+    bool of_output = false;
+    std::vector<int64_t> strides;
+    if (rl.set && rl.space == Space::Output && p.output_copy[static_cast<size_t>(rl.index)] < 0) {
+      base = rl.index;  // a view of another output (computed in place there)
+      of_output = true;
+      strides = rl.strides;
+    } else {
+      const auto in_it = std::find(g.inputs.begin(), g.inputs.end(), root);
+      if (in_it == g.inputs.end()) continue;
+      base = static_cast<int>(in_it - g.inputs.begin());
+      if (mutated.count(base)) continue;
+      strides = g.strides_of(root);
+    }
+    int64_t offset = 0;
+    if (root != v) {
+      std::string why;
+      auto rv = resolve_view(g, uses, v, strides,
+                             is_contiguous_layout(g.type(root).shape, strides), &why);
+      if (!rv || rv->dom.rank() != g.type(v).rank()) continue;
+      strides = rv->addr.strides;
+      offset = rv->addr.offset;
+    }
+    const IOSpec& spec = p.outputs[k];
+    bool same = spec.strides.size() == strides.size();
+    for (size_t d = 0; same && d < strides.size(); ++d)
+      if (spec.shape[d] != 1 && spec.strides[d] != strides[d]) same = false;
+    if (!same) continue;
+    p.output_aliases.push_back(OutputAlias{static_cast<int32_t>(k), base, offset, of_output});
+    p.output_copy[k] = -1;
   }
   // Everything else produced by a node lives in the arena.
   struct Buf {
@@ -377,6 +428,9 @@ std::string print_plan(const Graph& g, const Plan& p) {
     }
     os << "\n";
   }
+  for (const OutputAlias& a : p.output_aliases)
+    os << "  output#" << a.output << " is a view of " << (a.of_output ? "output#" : "input#")
+       << a.input << " (offset " << a.offset << ")\n";
   for (size_t i = 0; i < p.inplace.size(); ++i)
     if (p.inplace[i])
       os << "  node #" << i << " (" << op_name(g.nodes[i].op) << ") writes its input in place\n";
@@ -570,6 +624,7 @@ class Lowerer {
     Program p;
     p.inputs = input_specs;
     p.outputs = plan_.outputs;
+    p.output_aliases = plan_.output_aliases;
     p.constants = plan_.constants;
     p.constant_data = plan_.constant_data;
     p.arena_bytes = plan_.arena_bytes;
@@ -814,6 +869,42 @@ class Lowerer {
         s.tensors.push_back(root_desc(n.outputs[0]));
         s.ints = {normalize_dim(n.attrs.i("dim"), g_.type(n.inputs[0]).rank(), op_name(n.op)),
                   n.op == Op::log_softmax || n.op == Op::log_softmax_backward ? 1 : 0};
+        break;
+      }
+      case Op::sum:
+      case Op::mean:
+      case Op::prod:
+      case Op::amax:
+      case Op::amin: {  // is_dense_reduction(): the eager reduction kernel over the keepdim form
+        s.kind = StepKind::Reduce;
+        const TensorType& xt = g_.type(n.inputs[0]);
+        std::vector<bool> red(xt.shape.size(), false);
+        const auto& dims = n.attrs.ints("dims");
+        if (dims.empty()) std::fill(red.begin(), red.end(), true);
+        for (int64_t d : dims)
+          red[static_cast<size_t>(normalize_dim(d, xt.rank(), op_name(n.op)))] = true;
+        TensorDesc out = root_desc(n.outputs[0]), keep = out;
+        const bool keepdim = n.attrs.i("keepdim", 0) != 0;
+        keep.sizes.clear();
+        keep.strides.clear();
+        size_t src = 0;
+        for (size_t d = 0; d < red.size(); ++d) {
+          if (red[d]) {
+            keep.sizes.push_back(1);
+            keep.strides.push_back(0);
+            if (keepdim) ++src;
+          } else {
+            keep.sizes.push_back(out.sizes.at(src));
+            keep.strides.push_back(out.strides.at(src));
+            ++src;
+          }
+        }
+        s.tensors = {in_view(0), keep};
+        s.ints = {n.op == Op::sum    ? 0
+                  : n.op == Op::mean ? 1
+                  : n.op == Op::prod ? 2
+                  : n.op == Op::amax ? 3
+                                     : 4};
         break;
       }
       case Op::custom:

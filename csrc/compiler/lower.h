@@ -23,6 +23,7 @@ struct Plan {
   std::vector<Location> loc;         // per value; set for materialized roots
   std::vector<bool> inplace;         // per node: writes into its `self` input buffer
   std::vector<int> output_copy;      // per graph output: value to copy at the end, or -1
+  std::vector<OutputAlias> output_aliases;  // outputs that are views of unwritten inputs
   std::vector<Mutation> end_copies;  // mutations that need a copy at the end
   std::vector<int64_t> scratch_offset, scratch_bytes;  // per node
   std::vector<IOSpec> constants;

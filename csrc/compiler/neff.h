@@ -15,7 +15,7 @@ namespace neuron::cc {
 
 constexpr char kNeffMagic[8] = {'N', 'E', 'F', 'F', 'E', 'M', 'U', '\0'};
 constexpr char kNeffEndMagic[8] = {'N', 'E', 'F', 'F', 'E', 'N', 'D', '\0'};
-constexpr uint32_t kNeffFormatVersion = 1;
+constexpr uint32_t kNeffFormatVersion = 2;
 
 enum class NeffSection : uint32_t {
   Target = 1,

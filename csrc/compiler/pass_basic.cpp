@@ -140,6 +140,86 @@ PassStats cse(Graph& g) {
 
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+// v is zeros: a scalar constant 0 seen through expand/reshape views.
+bool is_zero_fill(const Graph& g, const UseInfo& uses, int v) {
+  while (true) {
+    const int p = uses.producer[static_cast<size_t>(v)];
+    if (p < 0) return false;
+    const Node& n = g.nodes[static_cast<size_t>(p)];
+    if (n.op == Op::expand || n.op == Op::reshape) {
+      v = n.inputs[0];
+      continue;
+    }
+    return n.op == Op::constant && !n.attrs.has("blob") && n.attrs.f("value", 1.0) == 0.0 &&
+           n.attrs.i("ivalue", 0) == 0;
+  }
+}
+
+struct ScatterPiece {
+  int64_t start, end;
+  int src;
+};
+
+// The terms of `v` = a tree of adds (inner adds used only there) of slice_scatters of values
+// into zeros, all of type `t` along one dim with step 1.
+bool scatter_pieces(const Graph& g, const UseInfo& uses, int v, bool top, const TensorType& t,
+                    int64_t* dim, std::vector<ScatterPiece>* out) {
+  const int p = uses.producer[static_cast<size_t>(v)];
+  if (p < 0 || g.type(v) != t) return false;
+  const Node& n = g.nodes[static_cast<size_t>(p)];
+  if (n.op == Op::add && (top || uses.num_uses(v) == 1))
+    return scatter_pieces(g, uses, n.inputs[0], false, t, dim, out) &&
+           scatter_pieces(g, uses, n.inputs[1], false, t, dim, out);
+  if (n.op != Op::slice_scatter || n.attrs.i("step", 1) != 1 ||
+      g.type(n.inputs[1]).dtype != t.dtype || !is_zero_fill(g, uses, n.inputs[0]))
+    return false;
+  const int64_t d = normalize_dim(n.attrs.i("dim"), t.rank(), "slice_scatter");
+  if (*dim >= 0 && *dim != d) return false;
+  *dim = d;
+  out->push_back(ScatterPiece{n.attrs.i("start"), n.attrs.i("end"), n.inputs[1]});
+  return true;
+}
+
+// Gradients of a split (the packed q/k/v projection of attention, select/slice backward) arrive
+// as a sum of slice_scatters into zeros covering the tensor: that sum is a cat of the pieces
+// (one fused pass instead of a zero fill, a scatter and an add per piece; a -0.0 piece stays
+// -0.0 where the sum gave +0.0).
+int scatter_sums_to_cat(Graph& g) {
+  UseInfo uses(g);
+  int changed = 0;
+  for (Node& n : g.nodes) {
+    if (n.op != Op::add || n.outputs.size() != 1) continue;
+    const TensorType t = g.type(n.outputs[0]);
+    if (t.rank() == 0) continue;
+    int64_t dim = -1;
+    std::vector<ScatterPiece> pieces;
+    if (!scatter_pieces(g, uses, n.outputs[0], true, t, &dim, &pieces) || pieces.size() < 2)
+      continue;
+    std::sort(pieces.begin(), pieces.end(),
+              [](const ScatterPiece& a, const ScatterPiece& b) { return a.start < b.start; });
+    int64_t at = 0;
+    bool cover = true;
+    for (const ScatterPiece& pc : pieces) {
+      if (pc.start != at || pc.end <= pc.start) cover = false;
+      at = pc.end;
+    }
+    if (!cover || at != t.shape[static_cast<size_t>(dim)]) continue;
+    n.op = Op::cat;
+    n.inputs.clear();
+    for (const ScatterPiece& pc : pieces) n.inputs.push_back(pc.src);
+    Attrs a;
+    a.set("dim", dim);
+    a.set("dtype", static_cast<int64_t>(t.dtype));
+    n.attrs = a;
+    ++changed;
+  }
+  return changed;
+}
+
+}  // namespace
+
 PassStats canonicalize(Graph& g) {
   PassStats st;
   bool again = true;
@@ -235,6 +315,10 @@ PassStats canonicalize(Graph& g) {
       }
     }
     if (again) dce(g);
+  }
+  if (const int c = scatter_sums_to_cat(g)) {
+    st.changed += c;
+    dce(g);
   }
   return st;
 }

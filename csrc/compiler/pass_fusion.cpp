@@ -12,11 +12,49 @@
 
 namespace neuron::cc {
 
+bool is_dense_reduction(const Graph& g, const UseInfo& uses, const Node& n) {
+  if (n.op != Op::sum && n.op != Op::mean && n.op != Op::prod && n.op != Op::amax &&
+      n.op != Op::amin)
+    return false;
+  const int x = n.inputs[0];
+  const TensorType& t = g.type(x);
+  auto is_float = [](DType d) {
+    return d == DType::Float32 || d == DType::BFloat16 || d == DType::Float16;
+  };
+  if (!is_float(t.dtype) || !is_float(g.type(n.outputs[0]).dtype) || t.rank() < 2) return false;
+  std::vector<bool> red(t.shape.size(), false);
+  const auto& dims = n.attrs.ints("dims");
+  if (dims.empty()) return false;  // a full reduction reduces the innermost dim too
+  for (int64_t d : dims) red[static_cast<size_t>(normalize_dim(d, t.rank(), "reduce"))] = true;
+  const size_t last = t.shape.size() - 1;
+  if (red[last] || t.shape[last] <= 1) return false;
+  bool reduces = false;
+  for (size_t d = 0; d < last; ++d) reduces = reduces || (red[d] && t.shape[d] > 1);
+  if (!reduces) return false;
+  // The input as the kernel will see it: a plain strided view whose innermost dim is dense.
+  int root = x;
+  while (true) {
+    const int p = uses.producer[static_cast<size_t>(root)];
+    if (p < 0 || op_kind(g.nodes[static_cast<size_t>(p)].op) != OpKind::Move) break;
+    root = g.nodes[static_cast<size_t>(p)].inputs[0];
+  }
+  std::vector<int64_t> strides = layout_of(g, root);
+  if (root != x) {
+    std::string why;
+    auto rv = resolve_view(g, uses, x, strides, is_contiguous_layout(g.type(root).shape, strides),
+                           &why);
+    if (!rv || rv->dom.rank() != t.rank()) return false;
+    strides = rv->addr.strides;
+  }
+  return strides.size() == t.shape.size() && strides[last] == 1;
+}
+
 namespace {
 
-bool fusable_node(const Graph& g, const Node& n) {
+bool fusable_node(const Graph& g, const UseInfo& uses, const Node& n) {
   const OpKind k = op_kind(n.op);
   if (n.op == Op::constant) return false;
+  if (k == OpKind::Reduce && is_dense_reduction(g, uses, n)) return false;
   if (!(is_elementwise(n.op) || k == OpKind::Reduce || k == OpKind::Struct)) return false;
   for (int o : n.outputs)
     if (!fusable_dtype(g.type(o).dtype)) return false;
@@ -199,7 +237,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
     std::set<size_t> fix_reshapes;  // node indices of reshapes whose input gets a copy
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      if (!fusable_node(g, n)) continue;
+      if (!fusable_node(g, uses, n)) continue;
       const bool red = op_kind(n.op) == OpKind::Reduce;
       const Shape F = red ? g.type(n.inputs[0]).shape : g.type(n.outputs[0]).shape;
       CodegenResult r =
@@ -256,7 +294,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
       continue;
     }
     if (n.op == Op::constant) continue;
-    if (!fusable_node(g, n)) {
+    if (!fusable_node(g, uses, n)) {
       const int s = next_slot++;
       item_key[i] = s;
       for (int o : n.outputs) slot_of[static_cast<size_t>(o)] = s;
@@ -288,7 +326,7 @@ PassStats fuse_elementwise(Graph& g, int max_members) {
         const int p = uses.producer[static_cast<size_t>(root)];
         if (p < 0 || inl_set.count(p)) continue;
         const Node& pn = g.nodes[static_cast<size_t>(p)];
-        if (!fusable_node(g, pn) || op_kind(pn.op) == OpKind::Reduce ||
+        if (!fusable_node(g, uses, pn) || op_kind(pn.op) == OpKind::Reduce ||
             op_kind(pn.op) == OpKind::Struct)
           continue;
         if (uses.output_uses[static_cast<size_t>(root)] > 0) continue;
@@ -600,6 +638,7 @@ PassStats legalize_views(Graph& g) {
   UseInfo uses(g);
   std::vector<Node> out;
   const std::vector<Node> orig = g.nodes;  // chains are read from here while `out` grows
+  std::map<int, int> materialized;         // value -> its copy
   for (Node n : orig) {
     const OpKind k = op_kind(n.op);
     if (k == OpKind::Move || n.op == Op::constant || (n.op == Op::fused && !n.attrs.has("gemm"))) {
@@ -628,42 +667,66 @@ PassStats legalize_views(Graph& g) {
         views[i] = rv;
         continue;
       }
-      // Materialize the view with a copy kernel.
-      auto body = std::make_shared<Graph>();
-      body->name = "view_copy";
-      // Body: input root -> the same chain -> copy.
-      std::vector<const Node*> chain;
+      // Materialize the view with a copy kernel, at the last reshape of its chain when there is
+      // one: what follows a reshape (permute, slice, expand) is a strided view of the copy, so
+      // operands seeing one reshaped value through different permutes (x and x^T of a backward
+      // GEMM pair) share one copy. Copies are made once per value.
+      std::vector<const Node*> chain;  // producers from v up to the root
       for (int x = v; x != root;) {
         const Node& mv = orig[static_cast<size_t>(uses.producer[static_cast<size_t>(x)])];
         chain.push_back(&mv);
         x = mv.inputs[0];
       }
-      int cur = body->add_input(g.type(root));
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-        Node c;
-        c.op = (*it)->op;
-        c.attrs = (*it)->attrs;
-        c.inputs = {cur};
-        c.outputs = {body->add_value(g.type((*it)->outputs[0]))};
-        cur = c.outputs[0];
-        body->nodes.push_back(std::move(c));
+      size_t cut = 0;  // chain[cut] makes the value that is copied
+      for (size_t c = 0; c < chain.size(); ++c)
+        if (chain[c]->op == Op::reshape) {
+          cut = c;
+          break;
+        }
+      const int target = chain[cut]->outputs[0];
+      int cur;
+      auto done = materialized.find(target);
+      if (done != materialized.end()) {
+        cur = done->second;
+      } else {
+        auto body = std::make_shared<Graph>();
+        body->name = "view_copy";
+        int b = body->add_input(g.type(root));
+        for (size_t c = chain.size(); c-- > cut;) {
+          Node m;
+          m.op = chain[c]->op;
+          m.attrs = chain[c]->attrs;
+          m.inputs = {b};
+          m.outputs = {body->add_value(g.type(chain[c]->outputs[0]))};
+          b = m.outputs[0];
+          body->nodes.push_back(std::move(m));
+        }
+        Node cp;
+        cp.op = Op::copy;
+        cp.inputs = {b};
+        cp.outputs = {body->add_value(g.type(target))};
+        body->nodes.push_back(cp);
+        body->outputs = {cp.outputs[0]};
+        Node f;
+        f.op = Op::fused;
+        f.inputs = {root};
+        f.outputs = {g.add_value(g.type(target))};
+        f.body = body;
+        f.attrs.set("domain", g.type(target).shape);
+        f.attrs.set("reduced", std::vector<int64_t>(g.type(target).shape.size(), 0));
+        cur = f.outputs[0];
+        materialized[target] = cur;
+        out.push_back(std::move(f));
+        ++st.changed;
       }
-      Node cp;
-      cp.op = Op::copy;
-      cp.inputs = {cur};
-      cp.outputs = {body->add_value(g.type(v))};
-      body->nodes.push_back(cp);
-      body->outputs = {cp.outputs[0]};
-      Node f;
-      f.op = Op::fused;
-      f.inputs = {root};
-      f.outputs = {g.add_value(g.type(v))};
-      f.body = body;
-      f.attrs.set("domain", g.type(v).shape);
-      f.attrs.set("reduced", std::vector<int64_t>(g.type(v).shape.size(), 0));
-      v = f.outputs[0];
-      out.push_back(std::move(f));
-      ++st.changed;
+      for (size_t c = cut; c-- > 0;) {  // the views after the reshape, on the copy
+        Node m = *chain[c];
+        m.inputs = {cur};
+        m.outputs = {g.add_value(g.type(chain[c]->outputs[0]))};
+        cur = m.outputs[0];
+        out.push_back(std::move(m));
+      }
+      v = cur;
     }
     out.push_back(std::move(n));
   }

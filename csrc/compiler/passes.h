@@ -31,6 +31,12 @@ PassStats fuse_gemm_epilogue(Graph& g);
 // Makes every operand of a dense kernel a plain strided view (inserts copies when not).
 PassStats legalize_views(Graph& g);
 
+// A reduction (sum, mean, prod, amax, amin over floats) that runs as one call of the eager
+// reduction kernel (kernels/reduce.h) instead of a fused kernel: its input's innermost dim is
+// contiguous and kept (the bias gradient of a Linear sums over the batch rows), where a fused
+// kernel would walk the reduced dims with strided loads. It is not fused with its producers.
+bool is_dense_reduction(const Graph& g, const UseInfo& uses, const Node& n);
+
 // Layout (strides) a materialized value gets: graph inputs keep theirs, graph outputs get the
 // requested strides, everything else is contiguous.
 std::vector<int64_t> layout_of(const Graph& g, int value);

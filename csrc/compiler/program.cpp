@@ -51,6 +51,8 @@ const char* step_kind_name(StepKind k) {
       return "layer_norm";
     case StepKind::LayerNormBackward:
       return "layer_norm_backward";
+    case StepKind::Reduce:
+      return "reduce";
   }
   return "?";
 }
@@ -127,6 +129,13 @@ void serialize(const Program& p, ByteWriter& w) {
   w.u64(p.constant_data.size());
   for (const auto& c : p.constant_data) w.bytes(c.data(), c.size());
   w.i32s(p.mutated_inputs);
+  w.u64(p.output_aliases.size());
+  for (const OutputAlias& a : p.output_aliases) {
+    w.i32(a.output);
+    w.i32(a.input);
+    w.i64(a.offset);
+    w.u8(a.of_output ? 1 : 0);
+  }
   w.i64(p.arena_bytes);
   w.u64(p.steps.size());
   for (const Step& s : p.steps) {
@@ -159,6 +168,15 @@ Program deserialize_program(ByteReader& r, bool check) {
   const uint64_t nc = r.count("program.constant_data", 8);
   for (uint64_t i = 0; i < nc; ++i) p.constant_data.push_back(r.bytes("constant"));
   p.mutated_inputs = r.i32s("program.mutated_inputs");
+  const uint64_t na = r.count("program.output_aliases", 16);
+  for (uint64_t i = 0; i < na; ++i) {
+    OutputAlias a;
+    a.output = r.i32("alias.output");
+    a.input = r.i32("alias.input");
+    a.offset = r.i64("alias.offset");
+    a.of_output = r.u8("alias.of_output") != 0;
+    p.output_aliases.push_back(a);
+  }
   p.arena_bytes = r.i64("program.arena_bytes");
   const uint64_t ns = r.count("program.steps", 40);
   for (uint64_t i = 0; i < ns; ++i) {
@@ -257,8 +275,43 @@ void validate(const Program& p) {
   for (int m : p.mutated_inputs)
     if (m < 0 || static_cast<size_t>(m) >= p.inputs.size())
       throw NeffError("program: mutated input out of range");
+  std::vector<bool> aliased(p.outputs.size(), false);
+  for (const OutputAlias& a : p.output_aliases) {
+    if (a.output < 0 || static_cast<size_t>(a.output) >= p.outputs.size() ||
+        aliased[static_cast<size_t>(a.output)])
+      throw NeffError("program: output alias out of range");
+    aliased[static_cast<size_t>(a.output)] = true;
+  }
+  for (const OutputAlias& a : p.output_aliases) {
+    const auto& bases = a.of_output ? p.outputs : p.inputs;
+    const char* what = a.of_output ? "output" : "input";
+    if (a.input < 0 || static_cast<size_t>(a.input) >= bases.size() ||
+        (a.of_output && (a.input == a.output || aliased[static_cast<size_t>(a.input)])))
+      throw NeffError(rt::str("program: output #", a.output, " aliases a bad ", what));
+    if (!a.of_output && std::find(p.mutated_inputs.begin(), p.mutated_inputs.end(), a.input) !=
+                            p.mutated_inputs.end())
+      throw NeffError(rt::str("program: output #", a.output, " aliases input #", a.input,
+                              ", which the program writes"));
+    const IOSpec& in = bases[static_cast<size_t>(a.input)];
+    const IOSpec& out = p.outputs[static_cast<size_t>(a.output)];
+    int64_t lo, hi;
+    if (out.dtype != in.dtype || out.strides.size() != out.shape.size())
+      throw NeffError(rt::str("program: output #", a.output, " cannot alias ", what, " #", a.input));
+    if (extent(out.shape, out.strides, a.offset, kernels::element_size(out.dtype), &lo, &hi) &&
+        (lo < 0 || hi > in.storage_elements() * static_cast<int64_t>(kernels::element_size(in.dtype))))
+      throw NeffError(rt::str("program: output #", a.output, " reaches outside ", what, " #", a.input));
+  }
   for (const Step& s : p.steps) {
-    for (const TensorDesc& d : s.tensors) check_desc(p, s, d);
+    for (const TensorDesc& d : s.tensors) {
+      check_desc(p, s, d);
+      if (d.space == Space::Output && aliased[static_cast<size_t>(d.index)])
+        throw NeffError(rt::str("program step '", s.name, "' writes output #", d.index,
+                                ", a view of an input"));
+    }
+    if (s.kind == StepKind::Reduce &&
+        (s.tensors.size() != 2 || s.ints.size() != 1 || s.ints[0] < 0 || s.ints[0] > 4 ||
+         s.tensors[0].sizes.size() != s.tensors[1].sizes.size()))
+      throw NeffError(rt::str("program step '", s.name, "': malformed reduction"));
     if (s.kind == StepKind::Custom) {
       if (s.ints.empty() || s.ints[0] < 0 || s.ints[0] > static_cast<int64_t>(s.tensors.size()))
         throw NeffError(rt::str("program step '", s.name, "': bad input count"));
@@ -309,8 +362,16 @@ std::string describe(const Program& p) {
   for (size_t i = 0; i < p.inputs.size(); ++i)
     os << "  in" << i << ": " << spec_str(p.inputs[i]) << "\n";
   os << "outputs:\n";
-  for (size_t i = 0; i < p.outputs.size(); ++i)
-    os << "  out" << i << ": " << spec_str(p.outputs[i]) << "\n";
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    os << "  out" << i << ": " << spec_str(p.outputs[i]);
+    for (const OutputAlias& a : p.output_aliases)
+      if (a.output == static_cast<int32_t>(i)) {
+        os << " = view of " << (a.of_output ? "out" : "in") << a.input << " (strides";
+        for (int64_t st : p.outputs[i].strides) os << " " << st;
+        os << ", offset " << a.offset << ")";
+      }
+    os << "\n";
+  }
   os << "constants: " << p.constants.size() << "\n";
   for (size_t i = 0; i < p.constants.size(); ++i)
     os << "  c" << i << ": " << spec_str(p.constants[i]) << "\n";

@@ -55,8 +55,10 @@ enum class StepKind : uint8_t {
   LayerNorm,          // tensors: x, [w], [b], out, mean, rstd; ints: axis, has_w, has_b; floats: eps
   LayerNormBackward,  // tensors: grad_out, x, mean, rstd, [w], dx, dw, db;
                       // ints: axis, has_w, 0, want dx, want dw, want db
+  Reduce,             // tensors: input, out (input's rank, size 1 where reduced);
+                      // ints: op (0 sum, 1 mean, 2 prod, 3 amax, 4 amin)
 };
-constexpr int kNumStepKinds = static_cast<int>(StepKind::LayerNormBackward) + 1;
+constexpr int kNumStepKinds = static_cast<int>(StepKind::Reduce) + 1;
 const char* step_kind_name(StepKind k);
 
 struct Step {
@@ -81,9 +83,21 @@ struct IOSpec {
   int64_t storage_elements() const;  // extent the strides reach
 };
 
+// An output that is a view of an input the program never writes (a weight's transpose saved
+// for the backward, an input returned as is) or of another output (a reshape of it): no step
+// writes it; the caller returns that buffer seen with the output's shape and strides, `offset`
+// elements from the buffer's start. The base output is not an alias itself.
+struct OutputAlias {
+  int32_t output = 0;
+  int32_t input = 0;  // the base: an input index, or an output index when of_output
+  int64_t offset = 0;
+  bool of_output = false;
+};
+
 struct Program {
   std::vector<IOSpec> inputs;
   std::vector<IOSpec> outputs;
+  std::vector<OutputAlias> output_aliases;
   std::vector<IOSpec> constants;
   std::vector<std::vector<uint8_t>> constant_data;
   std::vector<int> mutated_inputs;  // inputs the program writes (KV caches, buffers)
@@ -98,7 +112,8 @@ Program deserialize_program(ByteReader& r, bool check = true);
 void validate(const Program& p);
 std::string describe(const Program& p);
 
-// Raw buffer pointers for one execution.
+// Raw buffer pointers for one execution. The pointers of aliased outputs (Program::output_aliases)
+// are not used: those outputs are views of their inputs.
 struct Buffers {
   std::vector<void*> inputs;
   std::vector<void*> outputs;

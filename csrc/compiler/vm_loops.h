@@ -82,6 +82,7 @@ const LoopTable* loops_avx2();  // nullptr when the CPU lacks AVX2/FMA/F16C
 #include <stdexcept>
 #include <string>
 
+#include "kernels/convert.h"
 #include "kernels/elementwise.h"
 #include "vm.h"
 #if defined(__AVX2__)
@@ -126,11 +127,6 @@ void u_eager(float* d, const float* a, int64_t n) {
   fn(kernels::EwParams{}, d, in, n);
 }
 
-inline float bf16_round(float f) {
-  const uint32_t u = as_u(f);
-  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  return f != f ? f : as_f(r);
-}
 
 // ---- loop templates ----
 
@@ -244,7 +240,15 @@ void u_isinf(float* d, const float* a, int64_t n) {
 void u_tobool(float* d, const float* a, int64_t n) {
   un_loop(d, a, n, [](float x) { return x != 0.0f ? 1.0f : 0.0f; });
 }
-void u_round_bf16(float* d, const float* a, int64_t n) { un_loop(d, a, n, bf16_round); }
+// Rounding to bf16 is the kernels' conversion (convert.h), there and back.
+void u_round_bf16(float* d, const float* a, int64_t n) {
+  uint16_t buf[1024];
+  for (int64_t i = 0; i < n; i += 1024) {
+    const int64_t m = std::min<int64_t>(1024, n - i);
+    kernels::row_from_f32(a + i, buf, DType::BFloat16, m);
+    kernels::row_to_f32(buf, DType::BFloat16, d + i, m);
+  }
+}
 void u_round_f16(float* d, const float* a, int64_t n) {
 #if defined(__AVX2__)
   int64_t i = 0;
@@ -369,17 +373,43 @@ VM_ICMP(ic_le, x <= y)
 VM_ICMP(ic_gt, x > y)
 VM_ICMP(ic_ge, x >= y)
 
-void where_f(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) {
-  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
-  if (mode == 0) {
-    for (int64_t i = 0; i < n; ++i) d[i] = c[i] != 0.0f ? a[i] : b[i];
-    return;
+// Branch-free selects (the compiler vectorizes them; a data-dependent branch per element, e.g.
+// a ReLU mask, mispredicts half the time). A scalar operand is read once.
+template <typename T, bool C, bool A, bool B>
+void where_loop(T* d, const float* c, const T* a, const T* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float cv = C ? c[0] : c[i];
+    const T av = A ? a[0] : a[i];
+    const T bv = B ? b[0] : b[i];
+    d[i] = cv != 0.0f ? av : bv;
   }
-  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+}
+template <typename T>
+void where_any(T* d, const float* c, const T* a, const T* b, int64_t n, int mode) {
+  switch (mode & 7) {
+    case 0:
+      return where_loop<T, false, false, false>(d, c, a, b, n);
+    case 1:
+      return where_loop<T, true, false, false>(d, c, a, b, n);
+    case 2:
+      return where_loop<T, false, true, false>(d, c, a, b, n);
+    case 3:
+      return where_loop<T, true, true, false>(d, c, a, b, n);
+    case 4:
+      return where_loop<T, false, false, true>(d, c, a, b, n);
+    case 5:
+      return where_loop<T, true, false, true>(d, c, a, b, n);
+    case 6:
+      return where_loop<T, false, true, true>(d, c, a, b, n);
+    default:
+      return where_loop<T, true, true, true>(d, c, a, b, n);
+  }
+}
+void where_f(float* d, const float* c, const float* a, const float* b, int64_t n, int mode) {
+  where_any<float>(d, c, a, b, n, mode);
 }
 void where_i(int64_t* d, const float* c, const int64_t* a, const int64_t* b, int64_t n, int mode) {
-  const int64_t sc = (mode & 1) ? 0 : 1, sa = (mode & 2) ? 0 : 1, sb = (mode & 4) ? 0 : 1;
-  for (int64_t i = 0; i < n; ++i) d[i] = c[i * sc] != 0.0f ? a[i * sa] : b[i * sb];
+  where_any<int64_t>(d, c, a, b, n, mode);
 }
 void i2f(float* d, const int64_t* a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(a[i]);
@@ -586,9 +616,7 @@ inline T from_f(float f) {
   if constexpr (std::is_same_v<T, bool>) {
     return f != 0.0f;
   } else if constexpr (std::is_same_v<T, kernels::bf16>) {
-    const uint32_t u = as_u(f);
-    const uint16_t r = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    return kernels::bf16::from_bits(f != f ? static_cast<uint16_t>((u >> 16) | 0x40) : r);
+    return kernels::bf16(f);
   } else if constexpr (std::is_same_v<T, kernels::f16>) {
     return kernels::f16::from_bits(kernels::f32_to_f16(f));
   } else if constexpr (std::is_same_v<T, kernels::f8e4m3fn>) {
@@ -615,12 +643,7 @@ void store_t(char* p, int64_t stride, const float* s, int64_t n) {
       std::memcpy(p, s, static_cast<size_t>(n) * 4);
       return;
     } else if constexpr (std::is_same_v<T, kernels::bf16>) {
-      uint16_t* u = reinterpret_cast<uint16_t*>(p);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t b = as_u(s[i]);
-        const uint16_t r = static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-        u[i] = s[i] != s[i] ? static_cast<uint16_t>((b >> 16) | 0x40) : r;
-      }
+      kernels::row_from_f32(s, p, DType::BFloat16, n);  // the kernels' rounding
       return;
     } else if constexpr (std::is_same_v<T, kernels::f16>) {
 #if defined(__AVX2__)

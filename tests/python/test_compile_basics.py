@@ -189,11 +189,11 @@ def test_artifacts_and_neff_dump(fresh_compile, tmp_path, monkeypatch):
     assert any("after-plan_memory" in d for d in dumps)
     [neff] = glob.glob(str(proc / "neff" / "*.neff"))
     text = _C._cc.dump_neff(neff)
-    assert "NEFF format version 1" in text and "target: trn2" in text and "steps:" in text
+    assert "NEFF format version 2" in text and "target: trn2" in text and "steps:" in text
     cli = os.path.join(REPO, "build", "csrc", "tools", "neff-dump")
     if os.path.exists(cli):
         r = subprocess.run([cli, neff], capture_output=True, text=True, check=False)
-        assert r.returncode == 0 and "NEFF format version 1" in r.stdout
+        assert r.returncode == 0 and "NEFF format version 2" in r.stdout
 
 
 def test_verifier_reports_a_malformed_graph():

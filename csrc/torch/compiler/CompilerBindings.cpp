@@ -274,11 +274,22 @@ class Executable {
     py::list result;
     std::vector<void*> out_ptrs(p.outputs.size());
     std::vector<at::Tensor> outs;
+    outs.resize(p.outputs.size());
+    std::vector<bool> aliased(p.outputs.size(), false);
+    for (const cc::OutputAlias& a : p.output_aliases) aliased[static_cast<size_t>(a.output)] = true;
     for (size_t k = 0; k < p.outputs.size(); ++k) {
+      if (aliased[k]) continue;
       const cc::IOSpec& s = p.outputs[k];
-      outs.push_back(at::empty_strided(
-          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev)));
-      out_ptrs[k] = outs.back().numel() ? outs.back().data_ptr() : nullptr;
+      outs[k] = at::empty_strided(
+          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev));
+      out_ptrs[k] = outs[k].numel() ? outs[k].data_ptr() : nullptr;
+    }
+    // Views of inputs the program does not write, or of other outputs.
+    for (const cc::OutputAlias& a : p.output_aliases) {
+      const cc::IOSpec& s = p.outputs[static_cast<size_t>(a.output)];
+      const at::Tensor& base = (a.of_output ? outs : ins)[static_cast<size_t>(a.input)];
+      outs[static_cast<size_t>(a.output)] =
+          base.as_strided(s.shape, s.strides, base.storage_offset() + a.offset);
     }
     at::Tensor arena;
     void* arena_ptr = nullptr;

@@ -83,6 +83,7 @@ class CompiledGraph:
             L = Lowering(gm, name, example_inputs=example_inputs)
             L.run()
         self.template = self._output_template(gm, L)
+        self._identity = all(kind == "out" and i == k for k, (kind, i) in enumerate(self.template))
         self.n_inputs = len(L.input_index)
         self.sources = sorted(L.sources)
         self.nki_deps = _deps.merge(L.nki_deps)
@@ -118,7 +119,9 @@ class CompiledGraph:
     def __call__(self, *args):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         outs = self.exe.run(tensors)
-        return tuple(outs[i] if kind == "out" else i for kind, i in self.template)
+        if self._identity:  # outputs in order, no constants: no per-call mapping
+            return tuple(outs)
+        return tuple([outs[i] if kind == "out" else i for kind, i in self.template])
 
 
 def _tensor_inputs_only(gm: torch.fx.GraphModule) -> bool:

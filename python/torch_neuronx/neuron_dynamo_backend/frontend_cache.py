@@ -100,11 +100,15 @@ def lookup(k: str) -> Callable | None:
     if exe is None:
         return None
 
+    identity = all(kind == "out" and i == k for k, (kind, i) in enumerate(template))
+
     def run(*args):
         if len(args) != n_inputs:
             raise RuntimeError(f"neuron warm-start graph expects {n_inputs} inputs, got {len(args)}")
         outs = exe.run([a for a in args if isinstance(a, torch.Tensor)])
-        return tuple(outs[i] if kind == "out" else i for kind, i in template)
+        if identity:  # the graph returns its outputs in order (no constants): no per-call mapping
+            return tuple(outs)
+        return tuple([outs[i] if kind == "out" else i for kind, i in template])
 
     run._neuron_source = exe.source  # type: ignore[attr-defined]
     return run

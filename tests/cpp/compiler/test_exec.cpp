@@ -2,8 +2,10 @@
 // reference interpreter. Tolerances: fp32 kernels use polynomial exp/log/tanh/erf (a few ulp)
 // and a different summation order than the double-precision reference: rtol 2e-5.
 #include <algorithm>
+#include <tuple>
 
 #include "kernels/attention.h"
+#include "kernels/reduce.h"
 #include "test_util.h"
 
 namespace neuron::cc::test {
@@ -93,6 +95,185 @@ TEST(CompilerExec, ReductionsOverLeadingAndAllDims) {
        g.add1(Op::sum, {x}, A({{"dims", std::vector<int64_t>{}}, {"keepdim", int64_t{0}}})),
        g.add1(Op::argmax, {x}, A({{"dims", std::vector<int64_t>{2}}, {"keepdim", int64_t{0}}}))});
   check(g, {random_tensor(F32({6, 4, 5}), 5)});
+}
+
+TEST(CompilerExec, ColumnReductionsRunTheEagerReductionKernel) {
+  // A Linear's bias gradient: sum over the batch rows of an elementwise result. The product is
+  // one fused kernel over the contiguous domain, the sum one kernels::reduce call (what eager
+  // `sum(dim=0)` runs), so the result is eager's bit for bit.
+  Graph g;
+  const int x = g.add_input(F32({64, 40}));
+  const int y = g.add_input(F32({64, 40}));
+  const int prod = g.add1(Op::mul, {x, g.add1(Op::tanh, {y})});
+  const int col =
+      g.add1(Op::sum, {prod}, A({{"dims", std::vector<int64_t>{0}}, {"keepdim", int64_t{0}}}));
+  const int mx =
+      g.add1(Op::amax, {x}, A({{"dims", std::vector<int64_t>{0}}, {"keepdim", int64_t{1}}}));
+  g.set_outputs({prod, col, mx});
+  std::vector<HostTensor> in = {random_tensor(F32({64, 40}), 21), random_tensor(F32({64, 40}), 22)};
+  check(g, in);
+  Compiled c;
+  std::vector<HostTensor> in2 = in;
+  auto got = compile_and_run(g, in2, 2, &c);
+  int reduce = 0, fused = 0;
+  for (const Step& s : c.program.steps) {
+    reduce += s.kind == StepKind::Reduce;
+    fused += s.kind == StepKind::Fused;
+  }
+  EXPECT_EQ(reduce, 2) << describe(c.program);
+  EXPECT_EQ(fused, 1) << describe(c.program);
+  // Bitwise against the kernel on the compiled product.
+  std::vector<float> p(64 * 40), want(40);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(got[0].v[i]);
+  kernels::TensorRef pin, pout;
+  pin.data = p.data();
+  pin.dtype = kernels::DType::Float32;
+  pin.ndim = 2;
+  pin.sizes[0] = 64;
+  pin.sizes[1] = 40;
+  pin.strides[0] = 40;
+  pin.strides[1] = 1;
+  pout = pin;
+  pout.data = want.data();
+  pout.sizes[0] = 1;
+  pout.strides[0] = 0;
+  kernels::reduce(kernels::ReduceOp::Sum, kernels::DType::Float32, {}, pin, &pout, 1);
+  for (size_t j = 0; j < want.size(); ++j)
+    EXPECT_EQ(static_cast<float>(got[1].v[j]), want[j]) << "column " << j;
+}
+
+TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
+  // AOT's forward graphs return the transposed weight (and the input) for the backward: they
+  // alias the inputs instead of being copied. A view of a mutated input is still copied.
+  Graph g;
+  const int x = g.add_input(F32({8, 16}));
+  const int w = g.add_input(F32({16, 12}));
+  const int buf = g.add_input(F32({4, 6}));
+  const int wt = g.add1(Op::permute, {w}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int row = g.add1(Op::slice, {x}, A({{"dim", int64_t{0}}, {"start", int64_t{2}},
+                                            {"end", int64_t{5}}, {"step", int64_t{1}}}));
+  const int bt = g.add1(Op::permute, {buf}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  const int y = g.add1(Op::matmul, {x, w});
+  const int yt = g.add1(Op::reshape, {y}, A({{"shape", std::vector<int64_t>{2, 4, 12}}}));
+  const int nb = g.add1(Op::add, {buf, g.scalar(1.0, DType::Float32)});
+  g.set_outputs({y, wt, x, row, bt, yt});
+  g.values[static_cast<size_t>(wt)].strides = {1, 12};
+  g.values[static_cast<size_t>(row)].strides = {16, 1};
+  g.values[static_cast<size_t>(bt)].strides = {1, 6};
+  g.mutations.push_back(Mutation{2, nb});
+  std::vector<HostTensor> in = {random_tensor(F32({8, 16}), 31), random_tensor(F32({16, 12}), 32),
+                                random_tensor(F32({4, 6}), 33)};
+  check(g, in);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  std::vector<std::tuple<int32_t, int32_t, bool>> aliases;
+  for (const OutputAlias& a : c.program.output_aliases)
+    aliases.push_back({a.output, a.input, a.of_output});
+  std::sort(aliases.begin(), aliases.end());
+  const std::vector<std::tuple<int32_t, int32_t, bool>> want = {
+      {1, 1, false}, {2, 0, false}, {3, 0, false}, {5, 0, true}};  // 5: a reshape of output 0
+  EXPECT_EQ(aliases, want) << describe(c.program);
+  for (const OutputAlias& a : c.program.output_aliases)
+    if (a.output == 3) {
+      EXPECT_EQ(a.offset, 32);
+    }
+  int copies = 0;
+  for (const Step& s : c.program.steps) copies += s.kind == StepKind::Copy;
+  // The old value of the mutated input is returned (through a transpose): it is copied out and
+  // the mutation is written back at the end instead of in place.
+  EXPECT_EQ(copies, 2) << describe(c.program);
+  // The format keeps the aliases; validation refuses one of a written input.
+  ByteWriter bw;
+  serialize(c.program, bw);
+  ByteReader r(bw.buffer().data(), bw.size(), "program");
+  EXPECT_EQ(deserialize_program(r).output_aliases.size(), 4u);
+  Program bad = c.program;
+  for (OutputAlias& a : bad.output_aliases)
+    if (!a.of_output) a.input = 2;
+  EXPECT_THROW(validate(bad), NeffError);
+  bad = c.program;
+  for (OutputAlias& a : bad.output_aliases)
+    if (a.of_output) a.input = 1;  // output 1 is an alias itself
+  EXPECT_THROW(validate(bad), NeffError);
+  bad = c.program;
+  bad.output_aliases[0].offset = 1000;
+  EXPECT_THROW(validate(bad), NeffError);
+}
+
+TEST(CompilerExec, SumOfSlicesScatteredIntoZerosIsACat) {
+  // The backward of q, k, v split from one packed projection: three slice_scatters into zeros,
+  // added. It becomes one fused cat (no zero fill, scatter or add steps).
+  Graph g;
+  const int a = g.add_input(F32({1, 4, 6}));
+  const int b = g.add_input(F32({2, 4, 6}));
+  const int c = g.add_input(F32({1, 4, 6}));
+  const int zero = g.add1(Op::expand, {g.scalar(0.0, DType::Float32)},
+                          A({{"shape", std::vector<int64_t>{4, 4, 6}}}));
+  auto scatter = [&](int src, int64_t start, int64_t end) {
+    return g.add1(Op::slice_scatter, {zero, src},
+                  A({{"dim", int64_t{0}}, {"start", start}, {"end", end}, {"step", int64_t{1}}}));
+  };
+  const int s = g.add1(Op::add, {g.add1(Op::add, {scatter(c, 3, 4), scatter(a, 0, 1)}),
+                                 scatter(b, 1, 3)});
+  g.set_outputs({g.add1(Op::mul, {s, g.scalar(2.0, DType::Float32)})});
+  std::vector<HostTensor> in = {random_tensor(F32({1, 4, 6}), 41), random_tensor(F32({2, 4, 6}), 42),
+                                random_tensor(F32({1, 4, 6}), 43)};
+  Compiled cp;
+  std::vector<HostTensor> in2 = in;
+  auto got = compile_and_run(g, in2, 2, &cp);
+  ASSERT_EQ(cp.program.steps.size(), 1u) << describe(cp.program);
+  EXPECT_EQ(cp.program.steps[0].kind, StepKind::Fused);
+  std::vector<double> want;  // rows 0 (a), 1-2 (b), 3 (c), doubled
+  for (const HostTensor* t : {&in[0], &in[1], &in[2]})
+    for (double v : t->v) want.push_back(2.0 * v);
+  ASSERT_EQ(got[0].v.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[0].v[i], want[i]) << i;
+  // Pieces that leave a gap stay scatters.
+  Graph h;
+  const int x = h.add_input(F32({1, 4, 6}));
+  const int z = h.add1(Op::expand, {h.scalar(0.0, DType::Float32)},
+                       A({{"shape", std::vector<int64_t>{3, 4, 6}}}));
+  auto sc = [&](int64_t start) {
+    return h.add1(Op::slice_scatter, {z, x},
+                  A({{"dim", int64_t{0}}, {"start", start}, {"end", start + 1}, {"step", int64_t{1}}}));
+  };
+  h.set_outputs({h.add1(Op::add, {sc(0), sc(2)})});
+  std::vector<HostTensor> hin = {random_tensor(F32({1, 4, 6}), 44)};
+  Compiled ch;
+  auto hgot = compile_and_run(h, hin, 2, &ch);
+  int scatters = 0;
+  for (const Step& st : ch.program.steps) scatters += st.kind == StepKind::SliceScatter;
+  EXPECT_EQ(scatters, 2) << describe(ch.program);
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(hgot[0].v[i], hin[0].v[i]);
+    EXPECT_EQ(hgot[0].v[24 + i], 0.0);
+    EXPECT_EQ(hgot[0].v[48 + i], hin[0].v[i]);
+  }
+}
+
+TEST(CompilerExec, AReshapedViewSeenByTwoGemmsIsCopiedOnce) {
+  // A backward GEMM pair reads reshape(permute(g)) and its transpose: one copy of the reshape,
+  // the transpose a strided operand of the second GEMM.
+  Graph g;
+  const int x = g.add_input(F32({2, 3, 4}));
+  const int w = g.add_input(F32({4, 5}));
+  const int y = g.add_input(F32({6, 7}));
+  const int p = g.add1(Op::permute, {x}, A({{"perm", std::vector<int64_t>{1, 0, 2}}}));
+  const int r = g.add1(Op::reshape, {p}, A({{"shape", std::vector<int64_t>{6, 4}}}));
+  const int rt = g.add1(Op::permute, {r}, A({{"perm", std::vector<int64_t>{1, 0}}}));
+  g.set_outputs({g.add1(Op::matmul, {r, w}), g.add1(Op::matmul, {rt, y})});
+  std::vector<HostTensor> in = {random_tensor(F32({2, 3, 4}), 51), random_tensor(F32({4, 5}), 52),
+                                random_tensor(F32({6, 7}), 53)};
+  check(g, in);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  int fused = 0, gemm = 0;
+  for (const Step& st : c.program.steps) {
+    fused += st.kind == StepKind::Fused;
+    gemm += st.kind == StepKind::Gemm;
+  }
+  EXPECT_EQ(fused, 1) << describe(c.program);
+  EXPECT_EQ(gemm, 2) << describe(c.program);
 }
 
 TEST(CompilerExec, LongRowReductionIsChunked) {

@@ -90,11 +90,13 @@ TEST(CompilerNeff, DetectsCorruptionTruncationAndVersion) {
             std::string::npos);
   EXPECT_NE(read_error(std::vector<uint8_t>(64, 0)).find("bad magic"), std::string::npos);
   // A NEFF from a newer format: the checksum is valid but the version is refused.
-  auto v2 = good;
-  v2[8] = 2;
-  const uint64_t sum = hash64(v2.data(), v2.size() - 16);
-  std::memcpy(v2.data() + v2.size() - 16, &sum, 8);
-  EXPECT_NE(read_error(v2).find("format version 2 is not supported"), std::string::npos);
+  auto newer = good;
+  newer[8] = static_cast<uint8_t>(kNeffFormatVersion + 1);
+  const uint64_t sum = hash64(newer.data(), newer.size() - 16);
+  std::memcpy(newer.data() + newer.size() - 16, &sum, 8);
+  EXPECT_NE(read_error(newer).find(rt::str("format version ", kNeffFormatVersion + 1,
+                                           " is not supported")),
+            std::string::npos);
 }
 
 TEST(CompilerNeff, ValidationRejectsOutOfBoundsPrograms) {
@@ -201,7 +203,7 @@ TEST(CompilerCli, NeffDumpPrintsAFile) {
   ASSERT_EQ(rc, 0);
   std::ifstream f(out);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("NEFF format version 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("NEFF format version 2"), std::string::npos) << text;
   EXPECT_NE(text.find("fused"), std::string::npos) << text;
   EXPECT_NE(text.find("graph: test"), std::string::npos) << text;
   // A damaged file fails with a message and status 1.

@@ -145,9 +145,15 @@ inline std::vector<HostTensor> run_program(const Program& p, std::vector<HostTen
   b.arena = arena.data();
   execute(p, b);
   std::vector<HostTensor> outs;
-  for (size_t k = 0; k < p.outputs.size(); ++k)
-    outs.push_back(decode(TensorType{p.outputs[k].dtype, p.outputs[k].shape}, out_bytes[k].data(),
-                          p.outputs[k].strides));
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const uint8_t* data = out_bytes[k].data();
+    for (const OutputAlias& a : p.output_aliases)  // a view of an input: read it there
+      if (a.output == static_cast<int32_t>(k))
+        data = (a.of_output ? out_bytes : in_bytes)[static_cast<size_t>(a.input)].data() +
+               a.offset * static_cast<int64_t>(kernels::element_size(p.outputs[k].dtype));
+    outs.push_back(
+        decode(TensorType{p.outputs[k].dtype, p.outputs[k].shape}, data, p.outputs[k].strides));
+  }
   for (int m : p.mutated_inputs)
     inputs[static_cast<size_t>(m)] =
         decode(inputs[static_cast<size_t>(m)].type, in_bytes[static_cast<size_t>(m)].data(),
