@@ -53,6 +53,9 @@ TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
   // AVX2 exactly when the kernels use it (the host has AVX2+FMA+F16C and NEURON_EMU_SIMD is not
   // `portable`).
   EXPECT_EQ(simd::using_avx2(), neuron::kernels::simd_level() == neuron::kernels::SimdLevel::Avx2);
+  if (simd::using_avx512()) {
+    EXPECT_TRUE(simd::using_avx2());
+  }
 }
 
 // The GEMVs must compute exactly what K axpy calls into a zeroed accumulator compute (the
@@ -61,8 +64,10 @@ TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
 TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  for (int64_t K : {1, 5, 8, 13, 128}) {
-    for (int64_t n : {1, 7, 8, 31, 32, 64, 65, 128, 200}) {
+  // K >= 32 and n >= 16 take the AVX-512 column-contiguous path where the CPU has it (32-k
+  // steps, a scalar k tail, 64- and 16-column blocks, the AVX2 path for the last columns).
+  for (int64_t K : {1, 5, 8, 13, 32, 45, 64, 128, 200}) {
+    for (int64_t n : {1, 7, 8, 16, 31, 32, 64, 65, 80, 128, 200}) {
       // w stored [n, Kp] row-major (column-contiguous for the GEMV) and [K, np] (row-contiguous)
       const int64_t Kp = K + 3, np = n + 5;
       std::vector<float> coef(static_cast<size_t>(K)), wf(static_cast<size_t>(K * n));
