@@ -91,18 +91,32 @@ bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
       simd::gemv_f32(A + r * width, coef, wide.base, wide.stride[0], wide.stride[1], K, width);
   }
   // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary)
+  if (thin_moving && d.ndim == 2) {  // a few columns: each one strided store over partitions
+    float* prev = sc.fb(5, M);
+    for (int64_t j = 0; j < N; ++j) {
+      float* col = A + j * M;
+      uint8_t* base = d.base + j * d.stride[1];
+      if (acc) {
+        load_f32(d.dtype, base, d.stride[0], M, prev);
+        for (int64_t i = 0; i < M; ++i) col[i] += prev[i];
+      }
+      store_f32(d.dtype, base, d.stride[0], M, col);
+    }
+    return true;
+  }
   float* out = sc.fb(4, N);
   float* prev = sc.fb(5, N);
   for (int64_t i = 0; i < M; ++i) {
+    float* row = out;
     if (thin_moving)
       for (int64_t j = 0; j < N; ++j) out[j] = A[j * M + i];
     else
-      std::copy(A + i * N, A + (i + 1) * N, out);
+      row = A + i * N;
     if (acc) {
       load_row(d, i, prev);
-      for (int64_t j = 0; j < N; ++j) out[j] += prev[j];
+      for (int64_t j = 0; j < N; ++j) row[j] += prev[j];
     }
-    store_row(d, i, out);
+    store_row(d, i, row);
   }
   return true;
 }
