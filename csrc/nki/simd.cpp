@@ -212,19 +212,21 @@ NKI_AVX512 inline void transpose16x16_epi32(__m512i r[16]) {
 }
 
 // Columns j .. j + 16 B over k in [0, K32) (K32 a multiple of 32), then the k tail in scalar.
-// While a block runs, the rows of the next `next_rows` columns are prefetched, a line per row
-// and k step.
+// Thin matmuls over a weight read in place come in chains over consecutive k ranges of the same
+// columns (a projection's 128-row chunks), so while a block runs, the same rows' next K values
+// are prefetched into L2, a line per row and k step (into L1 they would evict each other: the
+// rows are a power-of-two stride apart and share cache sets).
 template <int B>
 NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
-                                    int64_t K, int64_t j, int64_t next_rows,
-                                    const uint8_t* next) {
+                                    int64_t K, int64_t j) {
   __m512 a[B];
   for (int b = 0; b < B; ++b) a[b] = _mm512_setzero_ps();
   const int64_t K32 = K / 32 * 32;
   const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  const uint8_t* next = w + j * js + K * 2;
   for (int64_t k = 0; k < K32; k += 32) {
-    for (int64_t r = 0; r < next_rows; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(next + r * js + k * 2), _MM_HINT_T0);
+    for (int64_t r = 0; r < B * 16; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(next + r * js + k * 2), _MM_HINT_T1);
     for (int b = 0; b < B; ++b) {
       __m512i v[16];
       const uint8_t* p = w + (j + b * 16) * js + k * 2;
@@ -255,16 +257,8 @@ NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint
                                        int64_t js, int64_t K, int64_t n) {
   int64_t j = 0;
   if (K >= 32) {
-    // The last block prefetches the first columns' next K values: thin matmuls over a weight
-    // read in place come in chains over consecutive k ranges of the same columns.
-    for (; j + 64 <= n; j += 64) {
-      const bool last = j + 64 >= n;
-      gemv_colsT_block512<4>(acc, coef, w, js, K, j, last ? std::min<int64_t>(64, n) : std::min<int64_t>(64, n - j - 64),
-                             last ? w + K * 2 : w + (j + 64) * js);
-    }
-    for (; j + 16 <= n; j += 16)
-      gemv_colsT_block512<1>(acc, coef, w, js, K, j, std::min<int64_t>(16, n - j - 16),
-                             w + (j + 16) * js);
+    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j);
+    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j);
   }
   if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
 }
