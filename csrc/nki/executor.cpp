@@ -369,6 +369,15 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       ++c.pc;
       continue;
     }
+    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1 && rt::num_threads() > 1 &&
+        !rt::in_parallel_region()) {
+      const int32_t len = c.plan->matmul_run[static_cast<size_t>(c.pc)];
+      if (matmul_run(c, len)) {
+        executed += len;
+        c.pc += len;
+        continue;
+      }
+    }
     c.dyn.fill(0);
     ++executed;
     if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});

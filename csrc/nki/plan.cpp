@@ -301,6 +301,43 @@ bool thin_reader(const Instr& in, const std::array<Phys, kMaxOperands>& ph, int 
   return detail::thin_matmul_shapes(s, m);
 }
 
+// Weight bytes a run must stream before sharing it over the host threads pays for waking them.
+constexpr int64_t kMinRunBytes = 128 * 1024;
+
+// Runs of consecutive matmuls that take the thin path in their planned form (in-place operands
+// included), streaming at least kMinRunBytes of their wide operands together.
+void build_matmul_runs(const Program& prog, Plan& pl) {
+  const auto& instrs = prog.instrs();
+  const auto n = static_cast<int32_t>(instrs.size());
+  pl.matmul_run.assign(instrs.size(), 0);
+  using FX = isa::Fields<Op::Matmul>;
+  constexpr int ks = FX::k<"stationary">, km = FX::k<"moving">;
+  auto thin_bytes = [&](int32_t j) -> int64_t {  // 0: not a thin matmul
+    const Instr& in = instrs[static_cast<size_t>(j)];
+    if (in.op != Op::Matmul) return 0;
+    const FX f{in};
+    if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return 0;
+    const int32_t a = pl.alt[static_cast<size_t>(j)];
+    const auto& ph = a >= 0 ? pl.alt_phys[static_cast<size_t>(a)] : prog.phys()[static_cast<size_t>(j)];
+    View s = view_of(ph[ks]), m = view_of(ph[km]);
+    detail::collapse_free(s);
+    detail::collapse_free(m);
+    if (!detail::thin_matmul_shapes(s, m)) return 0;
+    const View& wide = m.free() <= s.free() ? s : m;
+    return wide.parts() * wide.free() * wide.es;
+  };
+  for (int32_t i = 0; i < n;) {
+    int32_t j = i;
+    int64_t bytes = 0;
+    for (int64_t b; j < n && (b = thin_bytes(j)) > 0; ++j) bytes += b;
+    if (j - i >= 2 && bytes >= kMinRunBytes) {
+      pl.matmul_run[static_cast<size_t>(i)] = j - i;
+      ++pl.runs;
+    }
+    i = std::max(j, i + 1);
+  }
+}
+
 }  // namespace
 
 void Program::build_plan() {
@@ -309,6 +346,7 @@ void Program::build_plan() {
   pl = Plan{};
   pl.skip.assign(instrs_.size(), 0);
   pl.alt.assign(instrs_.size(), -1);
+  pl.matmul_run.assign(instrs_.size(), 0);
   for (const Instr& in : instrs_)
     if (in.def().control) return;  // program order is not execution order
   struct Redirect {
@@ -434,6 +472,7 @@ void Program::build_plan() {
   std::sort(hazards.begin(), hazards.end());
   hazards.erase(std::unique(hazards.begin(), hazards.end()), hazards.end());
   pl.hazards = std::move(hazards);
+  build_matmul_runs(*this, pl);
 }
 
 }  // namespace neuron::nki

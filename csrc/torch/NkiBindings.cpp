@@ -378,6 +378,7 @@ void register_nki(py::module_& parent) {
                                py::dict d;
                                d["elided_dmas"] = pl.elided;
                                d["in_place_operands"] = pl.redirected;
+                               d["matmul_runs"] = pl.runs;
                                d["elided"] = skipped;
                                return d;
                              })
