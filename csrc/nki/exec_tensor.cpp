@@ -100,15 +100,15 @@ struct ThinMatmul {
   void columns(float* A, int64_t j0, int64_t j1) const {
     const View& thin = thin_moving ? m : s;
     const View& wide = thin_moving ? s : m;
-    float* coef = scratch().fb(3, K);
+    Scratch& sc = scratch();
+    float* coef = sc.fb(3, rows * K);
     const uint8_t* w = wide.base + j0 * wide.stride[1];
-    for (int64_t r = 0; r < rows; ++r) {
-      load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef);
-      if (wide.dtype == DT::BFloat16)
-        simd::gemv_bf16(A + r * width + j0, coef, w, wide.stride[0], wide.stride[1], K, j1 - j0);
-      else
-        simd::gemv_f32(A + r * width + j0, coef, w, wide.stride[0], wide.stride[1], K, j1 - j0);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef + r * K);
+    if (wide.dtype == DT::BFloat16)
+      simd::gemv_rows_bf16(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
+    else
+      simd::gemv_rows_f32(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
   }
 
   // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary). Clobbers A.

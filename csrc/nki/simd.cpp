@@ -158,6 +158,42 @@ __attribute__((target("avx2,fma"))) void gemv_colsT_bf16_avx2(float* acc, const 
   gemv_cols_scalar_fma<true>(acc, coef, w, 2, js, K, j, n);
 }
 
+// R row-contiguous GEMVs sharing w (8 columns per pass): every loaded w vector feeds the R
+// accumulators; each (row, column) is the chain gemv_rows_avx2 computes for that row.
+template <bool BF16, int R>
+__attribute__((target("avx2,fma"))) void gemv_multi_rows_avx2(float* acc, int64_t lda,
+                                                              const float* coef, int64_t ldc,
+                                                              const uint8_t* w, int64_t ks,
+                                                              int64_t K, int64_t n) {
+  constexpr int64_t es = BF16 ? 2 : 4;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 a[R];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    const uint8_t* p = w + j * es;
+    for (int64_t k = 0; k < K; ++k, p += ks) {
+      const __m256 x = load8<BF16>(p);
+      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(coef[r * ldc + k]), x, a[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * lda + j, a[r]);
+  }
+  for (int r = 0; r < R; ++r)
+    gemv_cols_scalar_fma<BF16>(acc + r * lda, coef + r * ldc, w, ks, es, K, j, n);
+}
+
+template <bool BF16>
+void gemv_rows_many_avx2(float* acc, int64_t lda, const float* coef, int64_t rows,
+                         const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8)
+    gemv_multi_rows_avx2<BF16, 8>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 4 <= rows; r += 4)
+    gemv_multi_rows_avx2<BF16, 4>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 2 <= rows; r += 2)
+    gemv_multi_rows_avx2<BF16, 2>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
+}
+
 void gemv_bf16_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                     int64_t K, int64_t n) {
   if (js == 2)
@@ -341,6 +377,23 @@ void gemv_bf16(float* acc, const float* coef, const uint8_t* w, int64_t ks, int6
 void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
               int64_t n) {
   table().gemv_f32(acc, coef, w, ks, js, K, n);
+}
+
+void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX2
+  if (table().avx2 && js == 2 && rows > 1)
+    return gemv_rows_many_avx2<true>(acc, lda, coef, rows, w, ks, K, n);
+#endif
+  for (int64_t r = 0; r < rows; ++r) gemv_bf16(acc + r * lda, coef + r * K, w, ks, js, K, n);
+}
+void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                   int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX2
+  if (table().avx2 && js == 4 && rows > 1)
+    return gemv_rows_many_avx2<false>(acc, lda, coef, rows, w, ks, K, n);
+#endif
+  for (int64_t r = 0; r < rows; ++r) gemv_f32(acc + r * lda, coef + r * K, w, ks, js, K, n);
 }
 
 void axpy_f32(float* y, float a, const float* x, int64_t n) { table().f32(y, a, x, n); }

@@ -22,6 +22,14 @@ void gemv_bf16(float* acc, const float* coef, const uint8_t* w, int64_t ks, int6
 void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
               int64_t n);
 
+// `rows` GEMVs over the same w: acc[r * lda + j] for the coefficients coef[r * K ..], each exactly
+// what gemv_* computes for that row (row-contiguous w has a path that reads each element once
+// for up to 8 rows).
+void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t js, int64_t K, int64_t n);
+void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                   int64_t ks, int64_t js, int64_t K, int64_t n);
+
 // The portable versions (for tests).
 void gemv_bf16_portable(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                         int64_t K, int64_t n);
