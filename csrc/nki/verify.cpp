@@ -587,5 +587,19 @@ void RegLoad(const Checker& c) {
            "registers move exactly one element");
 }
 
+// sendrecv: dst takes the peer's src tile as it is (no conversion), so this core's own tiles
+// already agree.
+void SendRecv(const Checker& c) {
+  using FX = Fields<Op::SendRecv>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src">;
+  if (c.dt(d) != c.dt(s))
+    c.fail("dst is " + std::string(dt_name(c.dt(d))) + ", src " + std::string(dt_name(c.dt(s))),
+           "sendrecv src and dst have the same dtype");
+  if (c.in.ap[d].numel() != c.in.ap[s].numel() || c.P(d) != c.P(s))
+    c.fail("dst has " + std::to_string(c.P(d)) + " x " + std::to_string(c.F(d)) +
+               " elements, src " + std::to_string(c.P(s)) + " x " + std::to_string(c.F(s)),
+           "sendrecv src and dst have the same shape");
+}
+
 }  // namespace check
 }  // namespace neuron::nki::isa

@@ -173,4 +173,24 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   if (job->error) std::rethrow_exception(job->error);
 }
 
+void run_concurrently(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  auto part = [&](int i) {
+    RegionGuard guard;
+    try {
+      fn(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n - 1));
+  for (int i = 1; i < n; ++i) threads.emplace_back(part, i);
+  part(0);
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace neuron::rt
