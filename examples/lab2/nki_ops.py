@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import nki
@@ -15,20 +14,10 @@ OUT_IN = WeightLayout.OUT_IN  # nn.Linear.weight as it is ([out, in]): nkilib DM
 mlp_kernel = wrap_nki(mlp)  # the NKI kernel, callable on torch tensors
 
 
-@functools.cache
-def lnc() -> int:
-    """Physical NeuronCores per logical core (NEURON_LOGICAL_NC_CONFIG: 2 on trn2). Kernels that
-    shard their work by nl.program_id run with this grid, ``kernel[lnc()](...)``, so that both
-    cores of the logical core work on them."""
-    return torch.neuron.get_device_properties().logical_nc_config
-
-
 @nki_op("nkilib::mlp", mutates_args={})  # a torch op: eager on neuron, one node under torch.compile
 def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
-    """SwiGLU MLP: down(silu(gate(x)) * up(x)). Prefill (S > 1) runs the CTE path, decode TKG
-    (on both cores of the logical core: each reads half of the weights)."""
-    kernel = mlp_kernel[lnc()] if x.shape[1] == 1 else mlp_kernel
-    out = kernel(
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)). Prefill (S > 1) runs the CTE path, decode TKG."""
+    out = (mlp_kernel[lnc()] if x.shape[1] == 1 else mlp_kernel)(  # decode: on both cores (LNC=2)
         hidden_tensor=x,
         gate_proj_weights_tensor=gate_w,
         up_proj_weights_tensor=up_w,
@@ -39,6 +28,17 @@ def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: t
         force_cte_mode=x.shape[1] > 1,
     )
     return out[0]
+
+
+import functools  # noqa: E402
+
+
+@functools.cache
+def lnc() -> int:
+    """Physical NeuronCores per logical core (NEURON_LOGICAL_NC_CONFIG: 2 on trn2). Kernels that
+    shard their work by nl.program_id run with this grid, ``kernel[lnc()](...)``, so that both
+    cores of the logical core work on them."""
+    return torch.neuron.get_device_properties().logical_nc_config
 
 
 # The other kernels of the lab, registered the same way. Each operator runs its kernels on the
