@@ -22,7 +22,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 bool in_parallel_region();
 
 // Calls fn(i) for every i in [0, n), all at the same time, each on its own thread (the caller
-// runs fn(0)): for work whose parts wait on each other, which a parallel_for may run one after
+// runs fn(0); the others run on threads kept for reuse between calls): for work whose parts wait on each other, which a parallel_for may run one after
 // the other. Every part runs as a parallel region (nested parallel_for runs inline, so n parts
 // keep to n host threads). Returns when all parts are done; rethrows the exception of the
 // lowest part that threw.
