@@ -117,9 +117,10 @@ def nki_qkv_rope(
     n_kv_heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """RMSNorm + QKV projection + RoPE in one kernel: [n_heads + 2 n_kv_heads, B, S, D]."""
+    """RMSNorm + QKV projection + RoPE in one kernel: [n_heads + 2 n_kv_heads, B, S, D] (up to
+    128 tokens: the two cores of the logical core split the heads)."""
     d = q_w.shape[0] // n_heads
-    return qkv_kernel(
+    return qkv_kernel[lnc()](
         input=x,
         fused_qkv_weights=(q_w, k_w, v_w),
         output_layout=QKVOutputLayout.NBSd,

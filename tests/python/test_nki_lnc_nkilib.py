@@ -75,3 +75,52 @@ def test_mlp_tkg_each_core_reads_half_of_the_weights():
         assert weights / 2 <= e.hbm_read_bytes < 0.52 * weights
     # The two cores stream their halves at the same time: the launch takes about half as long.
     assert two.total_ns < 0.6 * one.total_ns
+
+
+@pytest.mark.parametrize(
+    "B,S,nq,nkv,d,out_layout,layout",
+    [
+        (1, 1, 8, 8, 64, "NBSd", WeightLayout.OUT_IN),  # the Lab 2 decode shape
+        (2, 1, 4, 2, 32, "BSD", WeightLayout.IN_OUT),  # 8 heads: Q on core 0, K and V on core 1
+        (1, 3, 3, 1, 64, "NBdS", WeightLayout.OUT_IN),  # 5 heads: 3 + 2
+    ],
+)
+def test_qkv_tkg_splits_the_heads_over_two_cores(B, S, nq, nkv, d, out_layout, layout):
+    from nkilib.core.qkv.qkv import qkv
+    from nkilib.core.utils.common_types import QKVOutputLayout
+
+    torch.manual_seed(nq * 10 + nkv)
+    H = 256
+    x = torch.randn(B, S, H)
+    I = (nq + 2 * nkv) * d
+    wq, wk, wv = (torch.randn(n * d, H) * H**-0.5 for n in (nq, nkv, nkv))
+    ws = (wq, wk, wv) if layout == WeightLayout.OUT_IN else torch.cat([wq, wk, wv], 0).T.contiguous()
+    ang = torch.rand(B, S, d // 2) * 6
+    kw = dict(
+        input=x,
+        fused_qkv_weights=ws,
+        output_layout=getattr(QKVOutputLayout, out_layout),
+        bias=torch.randn(1, I) * 0.1,
+        fused_norm_type=NormType.RMS_NORM,
+        gamma_norm_weights=torch.randn(1, H),
+        fused_rope=True,
+        cos_cache=ang.cos(),
+        sin_cache=ang.sin(),
+        d_head=d,
+        num_q_heads=nq,
+        num_kv_heads=nkv,
+        weight_layout=layout,
+    )
+    one = qkv(**kw)
+    two = qkv[2](**kw)
+    # Each head is computed by one core exactly as the one-core kernel computes it.
+    assert torch.equal(two, one)
+    if out_layout == "NBSd" and layout == WeightLayout.OUT_IN:
+        est1 = nki.estimate(qkv, **{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+                            | {"fused_qkv_weights": tuple(w.numpy() for w in ws)})
+        est2 = nki.estimate(qkv[2], **{k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+                            | {"fused_qkv_weights": tuple(w.numpy() for w in ws)})
+        weights = sum(w.numel() * 4 for w in ws)
+        for e in est2.per_instance:
+            assert e.hbm_read_bytes < 0.6 * weights
+        assert est1.per_instance[0].hbm_read_bytes >= weights
