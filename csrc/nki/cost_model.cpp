@@ -107,12 +107,13 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
 
 namespace isa::cost {
 
-void DmaCopy(const CostCtx& x, InstrCost& c) {
+// One DMA transfer from operand ks to operand kd, spread over the DMA queues its partitions
+// reach (dma_copy, dma_transpose, sendrecv).
+static void dma_transfer(const CostCtx& x, InstrCost& c, int kd, int ks, bool transpose) {
   const CostParams& p = x.p;
-  const Fields<Op::DmaCopy> f{x.in};
   c.engine = Engine::Dma;
-  const Ap &d = f.ap<"dst">(), &s = f.ap<"src">();
-  const Mem dm = x.mem(Fields<Op::DmaCopy>::k<"dst">), sm = x.mem(Fields<Op::DmaCopy>::k<"src">);
+  const Ap &d = x.in.ap[kd], &s = x.in.ap[ks];
+  const Mem dm = x.mem(kd), sm = x.mem(ks);
   const int64_t n = d.numel();
   const int64_t sb = n * dt_size(s.dtype), db = n * dt_size(d.dtype);
   if (sm == Mem::Hbm) c.hbm_read = sb;
@@ -128,7 +129,6 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   const int64_t run = std::max<int64_t>(
       1, std::min(contiguous_run(d, dm != Mem::Hbm), contiguous_run(s, sm != Mem::Hbm)));
   // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
-  const bool transpose = f.flag<"is_transpose">();
   const double chunks = transpose ? static_cast<double>(std::max<int64_t>(parts, 1))
                                   : static_cast<double>(n) / static_cast<double>(run);
   double data =
@@ -137,6 +137,17 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   c.ns = data;
   c.queues = q;
   c.latency_ns = p.dma_fixed_ns;
+}
+
+void DmaCopy(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaCopy>;
+  dma_transfer(x, c, FX::k<"dst">, FX::k<"src">, FX{x.in}.flag<"is_transpose">());
+}
+
+// Core-to-core: a DMA of the source's bytes (the partner's send overlaps it).
+void SendRecv(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::SendRecv>;
+  dma_transfer(x, c, FX::k<"dst">, FX::k<"src">, false);
 }
 
 void Matmul(const CostCtx& x, InstrCost& c) {
@@ -277,6 +288,11 @@ void LoopBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void LoopEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+// One semaphore round trip between the cores.
+void CoreBarrier(const CostCtx& x, InstrCost& c) {
+  sync_op(x, c);
+  c.latency_ns = x.p.dma_fixed_ns;
+}
 
 }  // namespace isa::cost
 

@@ -9,6 +9,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "exchange.h"
 #include "exec_internal.h"
 #include "simd_transpose.h"
 
@@ -408,6 +409,92 @@ void DmaCopy(Ctx& c) {
     }
     c.note_undefined(ks);
   }
+}
+
+namespace {
+
+Exchange& exchange_of(Ctx& c) {
+  if (!c.opt.exchange)
+    c.fail("runtime",
+           "needs the other programs of a multi-core launch (launch the kernel with kernel[2] "
+           "or nki.cpu_simulate(kernel)[2])",
+           "");
+  return *c.opt.exchange;
+}
+
+// A contiguous flat view of a message's elements.
+View message_view(Message& m) {
+  View v;
+  v.dtype = m.dtype;
+  v.es = dt_size(m.dtype);
+  v.ndim = 1;
+  v.mem = Mem::Hbm;
+  v.num[0] = m.numel;
+  v.stride[0] = v.es;
+  v.base = m.data.data();
+  v.def = m.def.empty() ? nullptr : m.def.data();
+  return v;
+}
+
+}  // namespace
+
+void SendRecv(Ctx& c) {
+  using FX = Fields<Op::SendRecv>;
+  const FX f{c.in()};
+  Exchange& x = exchange_of(c);
+  const int to = static_cast<int>(f.i<"send_to">()), from = static_cast<int>(f.i<"recv_from">());
+  for (int r : {to, from})
+    if (r >= x.ranks())
+      c.fail("runtime",
+             "names program " + std::to_string(r) + " of a launch of " +
+                 std::to_string(x.ranks()) + " programs",
+             "send_to_rank and recv_from_rank are programs of the launch");
+  const int pipe = static_cast<int>(f.i<"pipe_id">());
+  View d, s;
+  make_view(c, FX::k<"dst">, d);
+  make_view(c, FX::k<"src">, s);
+  Message m;
+  m.dtype = s.dtype;
+  m.numel = s.numel();
+  m.data.resize(static_cast<size_t>(m.numel * s.es));
+  if (c.check) m.def.resize(m.data.size());
+  m.what = c.prog.instr_name(c.in()) + " at " + c.prog.location(c.in());
+  View mv = message_view(m);
+  collapse_all(s);
+  dma_walk(mv, s, nullptr);
+  x.send(c.opt.rank, to, pipe, std::move(m));
+  Message in = x.recv(c.opt.rank, from, pipe, c.prog.instr_name(c.in()), c.prog.location(c.in()));
+  if (in.numel != d.numel())
+    c.fail("runtime",
+           "receives " + std::to_string(in.numel) + " elements from program " +
+               std::to_string(from) + " (sent by " + in.what + ") into a dst of " +
+               std::to_string(d.numel()),
+           "the src of a sendrecv has as many elements as its partner's dst");
+  View iv = message_view(in);
+  const bool to_hbm = d.mem == Mem::Hbm &&
+                      !c.bind[static_cast<size_t>(c.prog.phys()[c.pc][FX::k<"dst">].slot)].scratch;
+  collapse_all(d);
+  int64_t first_bad = -1;
+  if (dma_walk(d, iv, &first_bad) && c.check && to_hbm)
+    c.fail("uninitialized",
+           "writes element(s) derived from uninitialized memory, sent by program " +
+               std::to_string(from) + " at " + in.what + ", to an HBM tensor (first at flat "
+               "element " + std::to_string(first_bad) + ")",
+           "kernels read only memory they have written");
+}
+
+void CoreBarrier(Ctx& c) {
+  const Fields<Op::CoreBarrier> f{c.in()};
+  Exchange& x = exchange_of(c);
+  const auto cores = static_cast<uint32_t>(f.i<"cores">());
+  if (!(cores >> c.opt.rank & 1u))
+    c.fail("runtime", "program " + std::to_string(c.opt.rank) + " is not one of its cores",
+           "a core waits only at barriers that include it");
+  if (cores >> x.ranks())
+    c.fail("runtime",
+           "names a core beyond the " + std::to_string(x.ranks()) + " programs of the launch",
+           "core_barrier cores are programs of the launch");
+  x.barrier(c.opt.rank, cores, c.prog.instr_name(c.in()), c.prog.location(c.in()));
 }
 
 }  // namespace neuron::nki::isa::exec

@@ -32,11 +32,17 @@ struct Binding {
 // (NEURON_EMU_NKI_MAX_LOOP_ITERATIONS raises it).
 constexpr int64_t kDefaultMaxLoopIterations = int64_t{1} << 24;
 
+class Exchange;
+
 struct ExecOptions {
   bool check_uninit = false;
   bool record_trace = false;  // keep the executed instruction sequence (cost model)
   bool use_plan = true;       // unchecked runs follow Program::plan() (DMA elision)
   int64_t max_loop_iterations = kDefaultMaxLoopIterations;
+  // Multi-core launches: the exchange shared by the launch's programs and this program's rank
+  // in it (nisa.sendrecv / core_barrier need one).
+  Exchange* exchange = nullptr;
+  int rank = 0;
 };
 
 // One executed instruction: its index and the dynamic element offsets of its operands.

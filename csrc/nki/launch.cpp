@@ -3,13 +3,29 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "error.h"
+#include "exchange.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace neuron::nki {
+
+namespace {
+
+// Whether the programs talk to each other (then they must run at the same time).
+bool exchanges(const std::vector<const Program*>& programs) {
+  for (const Program* p : programs)
+    for (const Instr& in : p->instrs())
+      if (in.op == Op::SendRecv || in.op == Op::CoreBarrier) return true;
+  return false;
+}
+
+}  // namespace
 
 std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                                    const std::vector<std::vector<HbmArg>>& args,
@@ -23,10 +39,11 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
       opt.max_loop_iterations > 0 ? opt.max_loop_iterations : max_loop_iterations_from_env();
   std::map<const uint8_t*, std::vector<uint8_t>> shadows;
   std::vector<ExecReport> reports(programs.size());
+  // Every instance's bindings first: in checking mode the instances share the shadows of the
+  // HBM tensors they share.
+  std::vector<std::vector<Binding>> binds(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) {
-    const Program& prog = *programs[i];
-    std::vector<Binding> b;
-    b.reserve(args[i].size());
+    binds[i].reserve(args[i].size());
     for (const HbmArg& a : args[i]) {
       Binding x;
       x.data = a.data;
@@ -38,15 +55,47 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
         if (s.size() < static_cast<size_t>(a.bytes)) s.resize(static_cast<size_t>(a.bytes), 0);
         x.def = s.data();
       }
-      b.push_back(std::move(x));
+      binds[i].push_back(std::move(x));
     }
-    ExecOptions eo;
-    eo.check_uninit = opt.check_uninit;
-    eo.record_trace = opt.record_trace;
-    eo.max_loop_iterations = max_iterations;
-    auto core = acquire_core(prog.target());
-    execute(prog, *core, b, eo, &reports[i]);
   }
+  ExecOptions eo;
+  eo.check_uninit = opt.check_uninit;
+  eo.record_trace = opt.record_trace;
+  eo.max_loop_iterations = max_iterations;
+  if (!exchanges(programs)) {
+    for (size_t i = 0; i < programs.size(); ++i) {
+      auto core = acquire_core(programs[i]->target());
+      execute(*programs[i], *core, binds[i], eo, &reports[i]);
+    }
+    return reports;
+  }
+  // A multi-core launch: each program on its own NeuronCore and host thread, all at once, so
+  // that sendrecv and core_barrier meet their partners. The first error any program raised is
+  // the launch's (a partner that then fails waiting for it reports a consequence).
+  Exchange x(static_cast<int>(programs.size()));
+  std::mutex mu;
+  std::exception_ptr first;
+  auto run = [&](size_t i) {
+    ExecOptions o = eo;
+    o.exchange = &x;
+    o.rank = static_cast<int>(i);
+    try {
+      auto core = acquire_core(programs[i]->target());
+      execute(*programs[i], *core, binds[i], o, &reports[i]);
+      x.finish(o.rank, false);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (!first) first = std::current_exception();
+      }
+      x.finish(o.rank, true);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < programs.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
   return reports;
 }
 

@@ -957,6 +957,59 @@ def nc_stream_shuffle(dst: NkiTensor = None, src: NkiTensor = None, shuffle_mask
 
 
 # ---------------------------------------------------------------------------------------------
+# Multi-core launches (LNC=2): the programs of ``kernel[2]`` run at the same time on their own
+# NeuronCores and meet here.
+
+
+def _rank(v, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        try:
+            import numpy as _np
+
+            if isinstance(v, _np.integer):
+                return int(v)
+        except ImportError:
+            pass
+        raise TypeError(f"nki.isa.{what}: expected a program number (int), got {v!r}")
+    return v
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=dma_engine.dma, name=None):
+    """Sends `src` to program `send_to_rank` of the launch and receives into `dst` what program
+    `recv_from_rank` sends on the same `pipe_id` (SBUF or HBM, any layout; the element counts of
+    a src and its partner's dst match). Sends are buffered: two programs may exchange with each
+    other; a receive whose partner never sends is an error naming both."""
+    to, frm = _rank(send_to_rank, "sendrecv send_to_rank"), _rank(recv_from_rank, "sendrecv recv_from_rank")
+    n = 1
+    for g in _tracer.current().grid or (1,):
+        n *= int(g)
+    for r in (to, frm):
+        if r < 0 or r >= n:
+            raise NkiValidationError(
+                f"nki.isa.sendrecv: program {r} is not part of this launch "
+                f"[rule: send_to_rank and recv_from_rank are programs of the launch]"
+            )
+    emit(
+        "SendRecv",
+        "gpsimd" if getattr(dma_engine, "name", "") == "gpsimd_dma" else "dma",
+        {"dst": dst, "src": src},
+        {"send_to": to, "recv_from": frm, "pipe_id": int(pipe_id)},
+    )
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None):
+    """Waits until every program in `cores` (e.g. ``(0, 1)``) has reached this barrier; the writes
+    each made to `data` before it are then visible to all of them."""
+    ids = [_rank(c, "core_barrier cores") for c in (cores if isinstance(cores, (tuple, list)) else [cores])]
+    if not ids or any(c < 0 or c > 31 for c in ids):
+        raise ValueError(f"nki.isa.core_barrier: cores are program numbers 0..31, got {cores!r}")
+    mask = 0
+    for c in ids:
+        mask |= 1 << c
+    emit("CoreBarrier", "sync" if engine == globals()["engine"].sync else "gpsimd", {"data": data}, {"cores": mask})
+
+
+# ---------------------------------------------------------------------------------------------
 # Registers
 
 
@@ -990,8 +1043,6 @@ def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
 
 _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
 _NOT_MODELED = {
-    "sendrecv": "exchange between the NeuronCores of a logical core",
-    "core_barrier": "synchronization between the NeuronCores of a logical core",
     "rng": "random numbers",
     "rand2": "random numbers",
     "dropout": "random numbers",
