@@ -144,6 +144,12 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   dma_transfer(x, c, FX::k<"dst">, FX::k<"src">, FX{x.in}.flag<"is_transpose">());
 }
 
+// A gather/scatter: a DMA of the same bytes, one descriptor chain per index.
+void DmaIndirect(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  dma_transfer(x, c, FX::k<"dst">, FX::k<"src">, false);
+}
+
 // Core-to-core: a DMA of the source's bytes (the partner's send overlaps it).
 void SendRecv(const CostCtx& x, InstrCost& c) {
   using FX = Fields<Op::SendRecv>;
