@@ -145,9 +145,15 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   dma_transfer(x, FX::k<"dst">, FX::k<"src">, FX{x.in}.flag<"is_transpose">(), c);
 }
 
+// A gather/scatter: a DMA of the same bytes, one descriptor chain per index.
+void DmaIndirect(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
+}
+
 // sendrecv: the tile crosses to the peer core's memory as one DMA transfer; its fixed latency
 // (dma_fixed_ns) is the cross-core semaphore hand-off. The wait for the peer is the
-// scheduler's (estimate_wave synchronises the cores' timelines at the rendezvous).
+// scheduler's (estimate_launch synchronises the cores' timelines at the rendezvous).
 void SendRecv(const CostCtx& x, InstrCost& c) {
   using FX = Fields<Op::SendRecv>;
   dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
@@ -291,9 +297,8 @@ void LoopBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void LoopEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
-
 // core_barrier: a remote semaphore update to every peer and a local wait, one cross-core
-// semaphore latency (dma_fixed_ns) after the last core arrives (estimate_wave).
+// semaphore latency (dma_fixed_ns) after the last core arrives (estimate_launch).
 void CoreBarrier(const CostCtx& x, InstrCost& c) {
   c.ns = x.at_least_mii(1);
   c.latency_ns = x.p.dma_fixed_ns;

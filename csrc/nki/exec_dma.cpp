@@ -498,4 +498,78 @@ void SendRecv(Ctx& c) {
              });
 }
 
+void DmaIndirect(Ctx& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">, kx = FX::k<"index">;
+  const FX f{c.in()};
+  const bool scatter = f.i<"indirect">() != 0;
+  const int64_t scale = f.i<"scale">();
+  const bool skip_oob = f.i<"oob_mode">() == 1;
+  View d, s, ix;
+  make_view(c, kd, d);
+  make_view(c, ks, s);
+  make_view(c, kx, ix);
+  const int ki = scatter ? kd : ks;
+  View& ind = scatter ? d : s;
+  View& other = scatter ? s : d;
+  const Binding& hb = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][ki].slot)];
+  const Binding* out = nullptr;
+  if (d.mem == Mem::Hbm) {
+    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][kd].slot)];
+    if (!b.scratch) out = &b;
+  }
+  // The byte extent of one entry of the indirect dimension around its base.
+  int64_t ext_lo = 0, ext_hi = ind.es;
+  for (int k = 1; k < ind.ndim; ++k) {
+    const int64_t span = (ind.num[k] - 1) * ind.stride[k];
+    (span < 0 ? ext_lo : ext_hi) += span;
+  }
+  const int64_t base_off = ind.base - hb.data;
+  const int64_t n = ind.num[0];
+  for (int64_t p = 0; p < n; ++p) {
+    int64_t idx = 0;
+    load_i64(ix.dtype, ix.base + p * ix.stride[0], 0, 1, &idx);
+    if (ix.def) {
+      uint8_t ok = 1;
+      for (int b = 0; b < ix.es; ++b) ok &= ix.def[p * ix.stride[0] + b];
+      if (!ok) {
+        c.note_undefined(kx);
+        c.fail("uninitialized",
+               "index " + std::to_string(p) + " comes from never-written memory" +
+                   c.undefined_origin(),
+               "kernels read only memory they have written");
+      }
+    }
+    const int64_t delta = idx * scale * ind.es;
+    if (base_off + delta + ext_lo < 0 || base_off + delta + ext_hi > hb.bytes) {
+      if (skip_oob) continue;
+      c.fail("runtime",
+             "index " + std::to_string(idx) + " (entry " + std::to_string(p) +
+                 ") moves the access of '" + hb.name + "' outside the tensor (" +
+                 std::to_string(hb.bytes / ind.es) + " elements)",
+             "indirect DMA indices stay inside the tensor (or use oob_mode=nisa.oob_mode.skip)");
+    }
+    View a = ind, b = other;
+    a.num[0] = b.num[0] = 1;
+    a.base += delta;
+    if (a.def) a.def += delta;
+    b.base += p * other.stride[0];
+    if (b.def) b.def += p * other.stride[0];
+    View& dd = scatter ? a : b;
+    View& ss = scatter ? b : a;
+    collapse_all(dd);
+    collapse_all(ss);
+    int64_t first_bad = -1;
+    if (dma_walk(dd, ss, &first_bad) && c.check) {
+      c.note_undefined(ks);
+      if (out)
+        c.fail("uninitialized",
+               "writes element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
+                   out->name + "' (entry " + std::to_string(p) + " of the indirect transfer)" +
+                   c.undefined_origin(),
+               "kernels read only memory they have written");
+    }
+  }
+}
+
 }  // namespace neuron::nki::isa::exec

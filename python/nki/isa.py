@@ -277,6 +277,11 @@ def dma_copy(
     Differing dtypes are converted through fp32."""
     if src is None:
         raise TypeError("dma_copy: src is required")
+    if getattr(src, "_vec", None) is not None or getattr(dst, "_vec", None) is not None:
+        if dst is None:
+            raise TypeError("dma_copy: an indirect (vector_offset) copy needs dst=")
+        _dma_indirect(dst, src, oob_mode)
+        return _result(dst, False)
     dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
     emit(
         "DmaCopy",
@@ -285,6 +290,27 @@ def dma_copy(
         {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": False},
     )
     return _result(dst, alloc)
+
+
+class _DirectAp:
+    """An indirect view's access pattern with its first dimension's step zeroed: the executor adds
+    ``index[i] * scale`` elements for entry i instead."""
+
+    def __init__(self, t: NkiTensor):
+        self._t = NkiTensor(t._b, t.shape, t.dtype, t.offset, (0,) + tuple(t.strides[1:]))
+
+    def _ap(self):
+        return self._t._ap()
+
+
+def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
+    if src._vec is not None and dst._vec is not None:
+        raise NotImplementedError("dma_copy: only one of src and dst can be indirect (ap(vector_offset=))")
+    scatter = dst._vec is not None
+    ind = dst if scatter else src
+    index, scale = ind._vec
+    operands = {"dst": _DirectAp(dst) if scatter else dst, "src": src if scatter else _DirectAp(src), "index": index}
+    emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
 
 
 @_old_style("src", tensors=("src",))
