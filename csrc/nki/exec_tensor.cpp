@@ -72,40 +72,144 @@ bool thin_matmul_shapes(const View& s, const View& m) {
 
 namespace {
 
-bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
-  const int64_t K = s.parts(), M = s.free(), N = m.free();
-  if (!thin_matmul_shapes(s, m)) return false;
-  Scratch& sc = scratch();
-  // rows x width accumulator: the thin operand indexes the rows, the wide one is streamed.
-  const bool thin_moving = N <= M;
-  const int64_t rows = thin_moving ? N : M, width = thin_moving ? M : N;
-  float* A = sc.fb(2, rows * width);
-  float* coef = sc.fb(3, K);
-  const View& thin = thin_moving ? m : s;
-  const View& wide = thin_moving ? s : m;
-  for (int64_t r = 0; r < rows; ++r) {
-    load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef);
+// One thin matmul split in its two phases: the GEMVs into a rows x width accumulator A (the
+// thin operand indexes the rows, the wide one is streamed; columns are independent, so any
+// split of them gives the same bits), then the store (or PSUM accumulation) of A into dst.
+struct ThinMatmul {
+  View d, s, m;
+  bool acc = false;
+  int64_t K = 0, M = 0, N = 0, rows = 0, width = 0;
+  bool thin_moving = false;
+
+  bool init(const View& d_, const View& s_, const View& m_, bool acc_) {
+    if (!thin_matmul_shapes(s_, m_)) return false;
+    d = d_;
+    s = s_;
+    m = m_;
+    acc = acc_;
+    K = s.parts();
+    M = s.free();
+    N = m.free();
+    thin_moving = N <= M;
+    rows = thin_moving ? N : M;
+    width = thin_moving ? M : N;
+    return true;
+  }
+  int64_t wide_bytes() const { return K * width * (thin_moving ? s.es : m.es); }
+
+  void columns(float* A, int64_t j0, int64_t j1) const {
+    const View& thin = thin_moving ? m : s;
+    const View& wide = thin_moving ? s : m;
+    Scratch& sc = scratch();
+    float* coef = sc.fb(3, rows * K);
+    const uint8_t* w = wide.base + j0 * wide.stride[1];
+    for (int64_t r = 0; r < rows; ++r)
+      load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef + r * K);
     if (wide.dtype == DT::BFloat16)
-      simd::gemv_bf16(A + r * width, coef, wide.base, wide.stride[0], wide.stride[1], K, width);
+      simd::gemv_rows_bf16(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
     else
-      simd::gemv_f32(A + r * width, coef, wide.base, wide.stride[0], wide.stride[1], K, width);
+      simd::gemv_rows_f32(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
   }
-  // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary)
-  float* out = sc.fb(4, N);
-  float* prev = sc.fb(5, N);
-  for (int64_t i = 0; i < M; ++i) {
-    if (thin_moving)
-      for (int64_t j = 0; j < N; ++j) out[j] = A[j * M + i];
-    else
-      std::copy(A + i * N, A + (i + 1) * N, out);
-    if (acc) {
-      load_row(d, i, prev);
-      for (int64_t j = 0; j < N; ++j) out[j] += prev[j];
+
+  // dst [M, N]: row i, column j = A[j][i] (thin moving) or A[i][j] (thin stationary). Clobbers A.
+  void store(float* A) const {
+    Scratch& sc = scratch();
+    if (thin_moving && d.ndim == 2) {  // a few columns: each one strided store over partitions
+      float* prev = sc.fb(5, M);
+      for (int64_t j = 0; j < N; ++j) {
+        float* col = A + j * M;
+        uint8_t* base = d.base + j * d.stride[1];
+        if (acc) {
+          load_f32(d.dtype, base, d.stride[0], M, prev);
+          for (int64_t i = 0; i < M; ++i) col[i] += prev[i];
+        }
+        store_f32(d.dtype, base, d.stride[0], M, col);
+      }
+      return;
     }
-    store_row(d, i, out);
+    float* out = sc.fb(4, N);
+    float* prev = sc.fb(5, N);
+    for (int64_t i = 0; i < M; ++i) {
+      float* row = out;
+      if (thin_moving)
+        for (int64_t j = 0; j < N; ++j) out[j] = A[j * M + i];
+      else
+        row = A + i * N;
+      if (acc) {
+        load_row(d, i, prev);
+        for (int64_t j = 0; j < N; ++j) row[j] += prev[j];
+      }
+      store_row(d, i, row);
+    }
   }
+};
+
+bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
+  ThinMatmul t;
+  if (!t.init(d, s, m, acc)) return false;
+  float* A = scratch().fb(2, t.rows * t.width);
+  t.columns(A, 0, t.width);
+  t.store(A);
   return true;
 }
+
+// The operands of the current instruction (a matmul) as the thin path takes them.
+bool thin_views(Ctx& c, ThinMatmul& t) {
+  using FX = isa::Fields<Op::Matmul>;
+  const FX f{c.in()};
+  if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return false;
+  View d, s, m;
+  make_view(c, FX::k<"dst">, d);
+  make_view(c, FX::k<"stationary">, s);
+  make_view(c, FX::k<"moving">, m);
+  collapse_free(d);
+  collapse_free(s);
+  collapse_free(m);
+  return t.init(d, s, m, f.flag<"accumulate">());
+}
+
+}  // namespace
+
+// A run of consecutive thin matmuls (Plan::matmul_run): matmuls read SBUF (or HBM in place)
+// and write PSUM only, so their GEMVs are independent and run as one parallel job over column
+// chunks of all of them (the host threads share the weight traffic); then the results are
+// stored in program order, so PSUM accumulation adds in the same order as one by one.
+bool matmul_run(Ctx& c, int32_t count) {
+  constexpr int64_t kChunkBytes = 32 * 1024;  // weight bytes per work item
+  Scratch& sc = scratch();
+  const int32_t pc0 = c.pc;
+  std::vector<ThinMatmul> mm(static_cast<size_t>(count));
+  std::vector<int64_t> offset(static_cast<size_t>(count) + 1, 0);
+  struct Item {
+    int32_t i;
+    int64_t j0, j1;
+  };
+  std::vector<Item> items;
+  bool ok = true;
+  for (int32_t i = 0; i < count && ok; ++i) {
+    c.pc = pc0 + i;
+    ThinMatmul& t = mm[static_cast<size_t>(i)];
+    ok = thin_views(c, t);
+    if (!ok) break;
+    offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + t.rows * t.width;
+    const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width));
+    const int64_t cols = std::max<int64_t>(16, kChunkBytes / per_col / 16 * 16);
+    for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, j, std::min(t.width, j + cols)});
+  }
+  c.pc = pc0;
+  if (!ok) return false;
+  float* A = sc.fb(0, offset.back());
+  rt::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const Item& it = items[static_cast<size_t>(k)];
+      mm[static_cast<size_t>(it.i)].columns(A + offset[static_cast<size_t>(it.i)], it.j0, it.j1);
+    }
+  });
+  for (int32_t i = 0; i < count; ++i) mm[static_cast<size_t>(i)].store(A + offset[static_cast<size_t>(i)]);
+  return true;
+}
+
+namespace {
 
 // Gathers a [K, F] on-chip operand into a dense row-major fp32 matrix (and its definedness).
 void gather(const View& v, float* out, uint8_t* def, bool check) {

@@ -242,14 +242,13 @@ void WhileEnd(Ctx& c) { control(c); }
 namespace {
 
 // A plan reads some inputs in place: valid for this launch unless one of them shares memory
-// with an HBM tensor the program writes (the caller passed the same memory twice).
+// with an HBM tensor written while it is read in place (the caller passed the same memory
+// twice).
 bool plan_applies(const Plan& plan, const std::vector<Binding>& bindings) {
-  for (int32_t r : plan.in_place_slots) {
+  for (const auto& [r, w] : plan.hazards) {
     const Binding& a = bindings[static_cast<size_t>(r)];
-    for (int32_t w : plan.written_slots) {
-      const Binding& b = bindings[static_cast<size_t>(w)];
-      if (a.data < b.data + b.bytes && b.data < a.data + a.bytes) return false;
-    }
+    const Binding& b = bindings[static_cast<size_t>(w)];
+    if (a.data < b.data + b.bytes && b.data < a.data + a.bytes) return false;
   }
   return true;
 }
@@ -370,8 +369,16 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       ++c.pc;
       continue;
     }
+    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1 && rt::num_threads() > 1 &&
+        !rt::in_parallel_region()) {
+      const int32_t len = c.plan->matmul_run[static_cast<size_t>(c.pc)];
+      if (matmul_run(c, len)) {
+        executed += len;
+        c.pc += len;
+        continue;
+      }
+    }
     c.dyn.fill(0);
-    in.def().exec(c);
     ++executed;
     if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
     ++c.pc;

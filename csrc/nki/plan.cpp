@@ -4,12 +4,17 @@
 // weights of a decode step (copy in, write the tile, read it back).
 //
 // The analysis is exact and conservative. A candidate is a same-dtype DMA without dynamic
-// offsets from an HBM kernel input that no instruction writes into SBUF. Its destination box
-// (partitions x bytes) is followed in program order until an instruction overwrites all of it
-// with a plain write or the program ends; every access that overlaps the box on the way must be
-// a matmul operand whose elements map one to one onto the DMA's destination, and whose on-chip
-// form takes the thin-operand GEMV path (so the in-place read computes the same bits). Anything
-// else (a partial write, another reader, a dynamic offset, runtime loops) keeps the DMA.
+// offsets from an HBM kernel input into SBUF. Its destination (partitions x bytes) is followed
+// in program order until plain writes have overwritten all of it or the program ends; every
+// access that touches bytes still holding the DMA's data must be a matmul operand whose
+// elements map one to one onto the DMA's destination, and whose on-chip form takes the
+// thin-operand GEMV path (so the in-place read computes the same bits). Accesses are compared
+// by their exact byte footprints (a strided write of every other run is known to leave the
+// other runs alone). Anything else (another reader, a write that is not a plain overwrite of a
+// known footprint, a dynamic offset, runtime loops) keeps the DMA. The source may be a tensor
+// the program writes (a KV cache updated after it was read): no write to it may come between
+// the DMA and its last in-place reader; a write to another HBM tensor in that window is a
+// hazard checked at launch (the caller may pass the same memory twice).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -26,7 +31,7 @@ using detail::View;
 
 // Instructions scanned after a candidate before giving up (bounds the plan's cost).
 constexpr int32_t kScanLimit = 1 << 14;
-constexpr size_t kMaxLiveBoxes = 64;
+constexpr size_t kMaxLiveBoxes = 512;
 
 // The partitions and in-partition bytes an on-chip access may touch.
 struct Box {
@@ -103,17 +108,73 @@ Box box_of(const Program& prog, const Phys& ph) {
   return b;
 }
 
-// Whether an access writes every byte of its box (partitions in a row, a dense row-major free
-// part).
-bool dense(const Phys& ph) {
+// The exact bytes of a static on-chip access whose partitions are consecutive: a few boxes
+// (its partitions x each merged run of its free pattern). False (use box_of) when the access
+// has a dynamic offset, skips or repeats partitions, or has more than kMaxRuns runs.
+constexpr int64_t kMaxRuns = 256;
+
+bool footprint(const Program& prog, const Phys& ph, std::vector<Box>& out) {
+  const Box bb = box_of(prog, ph);
   if (ph.reg >= 0 || (ph.num[0] > 1 && ph.stride[0] != ph.pitch)) return false;
-  int64_t expect = dt_size(ph.dtype);
-  for (int d = ph.ndim - 1; d >= 1; --d) {
+  if (bb.b1 - bb.b0 > ph.pitch) return false;
+  struct D {
+    int64_t n, s;
+  };
+  D dims[kMaxApDims];
+  int nd = 0;
+  for (int d = 1; d < ph.ndim; ++d) {
     if (ph.num[d] == 1) continue;
-    if (ph.stride[d] != expect) return false;
-    expect *= ph.num[d];
+    if (ph.stride[d] <= 0) return false;
+    dims[nd++] = {ph.num[d], ph.stride[d]};
   }
+  for (int k = 1; k < nd; ++k)  // by stride, smallest first (insertion sort)
+    for (int j = k; j > 0 && dims[j - 1].s > dims[j].s; --j) std::swap(dims[j - 1], dims[j]);
+  int64_t run = dt_size(ph.dtype);  // contiguous bytes of the innermost runs
+  int first = 0;
+  while (first < nd && dims[first].s == run) run *= dims[first++].n;
+  int64_t runs = 1;
+  for (int d = first; d < nd; ++d) runs *= dims[d].n;
+  if (runs > kMaxRuns) return false;
+  const size_t base = out.size();
+  int64_t idx[kMaxApDims] = {};
+  const int64_t lo = ph.byte_off % ph.pitch;
+  for (;;) {
+    int64_t off = lo;
+    for (int d = first; d < nd; ++d) off += idx[d] * dims[d].s;
+    Box b = bb;
+    b.b0 = off;
+    b.b1 = off + run;
+    out.push_back(b);
+    int d = first;
+    for (; d < nd; ++d) {
+      if (++idx[d] < dims[d].n) break;
+      idx[d] = 0;
+    }
+    if (d == nd) break;
+  }
+  std::sort(out.begin() + static_cast<std::ptrdiff_t>(base), out.end(),
+            [](const Box& a, const Box& b) { return a.b0 < b.b0; });
+  size_t w = base;  // merge touching runs
+  for (size_t r = base; r < out.size(); ++r) {
+    if (w > base && out[r].b0 <= out[w - 1].b1)
+      out[w - 1].b1 = std::max(out[w - 1].b1, out[r].b1);
+    else
+      out[w++] = out[r];
+  }
+  out.resize(w);
   return true;
+}
+
+// Whether every byte of `b` is inside the union of `live`.
+bool covered(const Box& b, const std::vector<Box>& live) {
+  std::vector<Box> rest{b}, next;
+  for (const Box& l : live) {
+    next.clear();
+    for (const Box& r : rest) subtract(r, l, next);
+    rest.swap(next);
+    if (rest.empty()) return true;
+  }
+  return rest.empty();
 }
 
 View view_of(const Phys& ph) {
@@ -139,6 +200,14 @@ bool plain_writer(Op op) {
     case Op::Reciprocal:
     case Op::Activation:
     case Op::RangeSelect:
+    case Op::Iota:
+    case Op::AffineSelect:
+    case Op::ScalarTensorTensor:
+    case Op::TensorReduce:
+    case Op::TensorScalarReduce:
+    case Op::TensorTensorScan:
+    case Op::Transpose:
+    case Op::Max8:
       return true;
     default:
       return false;
@@ -232,6 +301,43 @@ bool thin_reader(const Instr& in, const std::array<Phys, kMaxOperands>& ph, int 
   return detail::thin_matmul_shapes(s, m);
 }
 
+// Weight bytes a run must stream before sharing it over the host threads pays for waking them.
+constexpr int64_t kMinRunBytes = 128 * 1024;
+
+// Runs of consecutive matmuls that take the thin path in their planned form (in-place operands
+// included), streaming at least kMinRunBytes of their wide operands together.
+void build_matmul_runs(const Program& prog, Plan& pl) {
+  const auto& instrs = prog.instrs();
+  const auto n = static_cast<int32_t>(instrs.size());
+  pl.matmul_run.assign(instrs.size(), 0);
+  using FX = isa::Fields<Op::Matmul>;
+  constexpr int ks = FX::k<"stationary">, km = FX::k<"moving">;
+  auto thin_bytes = [&](int32_t j) -> int64_t {  // 0: not a thin matmul
+    const Instr& in = instrs[static_cast<size_t>(j)];
+    if (in.op != Op::Matmul) return 0;
+    const FX f{in};
+    if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return 0;
+    const int32_t a = pl.alt[static_cast<size_t>(j)];
+    const auto& ph = a >= 0 ? pl.alt_phys[static_cast<size_t>(a)] : prog.phys()[static_cast<size_t>(j)];
+    View s = view_of(ph[ks]), m = view_of(ph[km]);
+    detail::collapse_free(s);
+    detail::collapse_free(m);
+    if (!detail::thin_matmul_shapes(s, m)) return 0;
+    const View& wide = m.free() <= s.free() ? s : m;
+    return wide.parts() * wide.free() * wide.es;
+  };
+  for (int32_t i = 0; i < n;) {
+    int32_t j = i;
+    int64_t bytes = 0;
+    for (int64_t b; j < n && (b = thin_bytes(j)) > 0; ++j) bytes += b;
+    if (j - i >= 2 && bytes >= kMinRunBytes) {
+      pl.matmul_run[static_cast<size_t>(i)] = j - i;
+      ++pl.runs;
+    }
+    i = std::max(j, i + 1);
+  }
+}
+
 }  // namespace
 
 void Program::build_plan() {
@@ -240,16 +346,22 @@ void Program::build_plan() {
   pl = Plan{};
   pl.skip.assign(instrs_.size(), 0);
   pl.alt.assign(instrs_.size(), -1);
+  pl.matmul_run.assign(instrs_.size(), 0);
   for (const Instr& in : instrs_)
     if (in.def().control) return;  // program order is not execution order
-  std::vector<uint8_t> in_place(static_cast<size_t>(num_slots_), 0);
   struct Redirect {
     int32_t pc;
     int k;
     Phys ph;
   };
+  struct HbmWrite {
+    int32_t pc, slot;
+    bool in_range;  // may touch the DMA's source range
+  };
   std::vector<Redirect> found;
-  std::vector<Box> live, rest;
+  std::vector<HbmWrite> writes;
+  std::vector<Box> live, rest, fp;
+  std::vector<std::pair<int32_t, int32_t>> hazards;
   for (int32_t i = 0; i < n; ++i) {
     const Instr& in = instrs_[i];
     if (in.op != Op::DmaCopy) continue;
@@ -260,13 +372,14 @@ void Program::build_plan() {
         d.dtype != s.dtype)
       continue;
     const Buffer& sb = buffers_[static_cast<size_t>(s.buf)];
-    if (!sb.is_input || sb.written) continue;
+    if (!sb.is_input) continue;
     CopyMap map;
     if (!copy_map(d, s, map)) continue;
-    const Box r = box_of(*this, d);
-    // `live`: the parts of the box still holding the DMA's data (not rewritten since).
-    live.assign(1, r);
+    // `live`: the bytes of the destination still holding the DMA's data (not rewritten since).
+    live.clear();
+    if (!footprint(*this, d, live)) live.assign(1, box_of(*this, d));
     found.clear();
+    writes.clear();
     bool ok = true;
     for (int32_t j = i + 1; j < n && ok && !live.empty(); ++j) {
       if (j - i > kScanLimit) {
@@ -275,16 +388,27 @@ void Program::build_plan() {
       }
       const Instr& x = instrs_[j];
       const isa::InstrDef& def = x.def();
+      auto touches = [&](const Phys& p, bool& exact) {
+        const Box b = box_of(*this, p);
+        bool any = false;
+        for (const Box& l : live) any |= l.overlaps(b);
+        exact = false;
+        if (!any) return false;
+        fp.clear();
+        exact = footprint(*this, p, fp);
+        if (!exact) return true;
+        for (const Box& f : fp)
+          for (const Box& l : live)
+            if (l.overlaps(f)) return true;
+        return false;
+      };
       for (int k = 0; k < x.nap && ok; ++k) {
         const Phys& p = phys_[j][k];
         if (!x.ap[k].present() || p.mem == Mem::Hbm || def.operands[k].writes()) continue;
-        const Box b = box_of(*this, p);
-        bool reads_live = false, all_live = false;
-        for (const Box& l : live) {
-          reads_live |= l.overlaps(b);
-          all_live |= l.contains(b);
-        }
-        if (!reads_live) continue;  // rewritten bytes (or none of the DMA's)
+        bool exact = false;
+        if (!touches(p, exact)) continue;  // rewritten bytes (or none of the DMA's)
+        bool all_live = exact;
+        for (size_t q = 0; q < fp.size() && all_live; ++q) all_live = covered(fp[q], live);
         Phys mapped;
         if (all_live && x.op == Op::Matmul && thin_reader(x, phys_[j], k) &&
             map_operand(map, s, p, mapped))
@@ -294,26 +418,47 @@ void Program::build_plan() {
       }
       for (int k = 0; k < x.nap && ok; ++k) {
         const Phys& p = phys_[j][k];
-        if (!x.ap[k].present() || p.mem == Mem::Hbm || !def.operands[k].writes()) continue;
-        const Box w = box_of(*this, p);
-        bool hits = false;
-        for (const Box& l : live) hits |= l.overlaps(w);
-        if (!hits) continue;
-        // A plain write of every byte of its box ends the DMA's data there.
-        if (!plain_writer(x.op) || def.operands[k].role != isa::Role::Dst || !dense(p)) {
+        if (!x.ap[k].present() || !def.operands[k].writes()) continue;
+        if (p.mem == Mem::Hbm) {
+          const bool in_range = p.reg >= 0 || (p.lo <= s.hi && s.lo <= p.hi);
+          writes.push_back({j, p.slot, in_range});
+          continue;
+        }
+        bool exact = false;
+        if (!touches(p, exact)) continue;
+        // A plain write of a known footprint ends the DMA's data there.
+        if (!plain_writer(x.op) || def.operands[k].role != isa::Role::Dst || !exact) {
           ok = false;
           break;
         }
-        rest.clear();
-        for (const Box& l : live) subtract(l, w, rest);
-        live.swap(rest);
+        for (const Box& w : fp) {
+          rest.clear();
+          for (const Box& l : live) subtract(l, w, rest);
+          live.swap(rest);
+        }
         if (live.size() > kMaxLiveBoxes) ok = false;
       }
     }
     if (!ok) continue;
+    // HBM writes between the DMA and its last in-place reader: none into the source itself;
+    // writes to other tensors are hazards checked at launch (aliased arguments).
+    const int32_t last = found.empty() ? i : found.back().pc;
+    bool clash = false;
+    size_t nh = hazards.size();
+    for (const HbmWrite& w : writes) {
+      if (w.pc > last) break;
+      if (w.slot == s.slot) {
+        clash |= w.in_range;
+      } else {
+        hazards.emplace_back(s.slot, w.slot);
+      }
+    }
+    if (clash) {
+      hazards.resize(nh);
+      continue;
+    }
     pl.skip[static_cast<size_t>(i)] = 1;
     ++pl.elided;
-    in_place[static_cast<size_t>(s.slot)] = 1;
     for (const Redirect& f : found) {
       int32_t& a = pl.alt[static_cast<size_t>(f.pc)];
       if (a < 0) {
@@ -324,10 +469,10 @@ void Program::build_plan() {
       ++pl.redirected;
     }
   }
-  for (int32_t s = 0; s < num_slots_; ++s)
-    if (in_place[static_cast<size_t>(s)]) pl.in_place_slots.push_back(s);
-  for (const Buffer& b : buffers_)
-    if (b.mem == Mem::Hbm && b.written) pl.written_slots.push_back(b.slot);
+  std::sort(hazards.begin(), hazards.end());
+  hazards.erase(std::unique(hazards.begin(), hazards.end()), hazards.end());
+  pl.hazards = std::move(hazards);
+  build_matmul_runs(*this, pl);
 }
 
 }  // namespace neuron::nki

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "alu.h"
@@ -162,22 +163,28 @@ struct Phys {
 };
 
 // The execution plan of a finalized program for unchecked runs, built once by finalize():
-// DMA elision. An HBM->SBUF copy of a kernel input the program never writes, whose tile is read
-// only by thin-operand matmuls (decode GEMVs) before it is overwritten or the program ends, is
-// skipped; those matmul operands read the HBM tensor in place (often transposed) instead. The
-// readers compute exactly what they computed from the SBUF copy. Checked runs and traced runs
-// (cost model) never use the plan; a launch whose in-place inputs alias a written HBM tensor
+// DMA elision. An HBM->SBUF copy of a kernel input whose tile is read only by thin-operand
+// matmuls (decode GEMVs) before it is overwritten or the program ends, and which nothing writes
+// between the copy and those reads, is skipped; those matmul operands read the HBM tensor in
+// place (often transposed) instead. The readers compute exactly what they computed from the
+// SBUF copy. Checked runs and traced runs (cost model) never use the plan; a launch where an
+// in-place input shares memory with a tensor written while it is read in place (a hazard)
 // falls back to the full program.
+// Matmul runs: a sequence of consecutive thin-operand matmuls (they read SBUF or HBM and write
+// PSUM, so their GEMVs are independent) large enough to share over the host threads runs as one
+// parallel job, its results stored in program order.
 struct Plan {
   std::vector<uint8_t> skip;  // per instruction: an elided DMA
   std::vector<int32_t> alt;   // per instruction: index into alt_phys (-1: the program's operands)
   std::vector<std::array<Phys, kMaxOperands>> alt_phys;
-  std::vector<int32_t> in_place_slots;  // HBM slots read in place
-  std::vector<int32_t> written_slots;   // HBM slots the program writes
-  int64_t elided = 0;                   // DMAs skipped
-  int64_t redirected = 0;               // operands reading HBM in place
+  // (HBM slot read in place, slot written while it is): the launch must not alias them.
+  std::vector<std::pair<int32_t, int32_t>> hazards;
+  std::vector<int32_t> matmul_run;  // per instruction: length of the matmul run it starts (or 0)
+  int64_t elided = 0;               // DMAs skipped
+  int64_t redirected = 0;           // operands reading HBM in place
+  int64_t runs = 0;                 // matmul runs
 
-  bool empty() const { return elided == 0; }
+  bool empty() const { return elided == 0 && runs == 0; }
 };
 
 class Program {

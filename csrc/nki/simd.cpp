@@ -158,6 +158,42 @@ __attribute__((target("avx2,fma"))) void gemv_colsT_bf16_avx2(float* acc, const 
   gemv_cols_scalar_fma<true>(acc, coef, w, 2, js, K, j, n);
 }
 
+// R row-contiguous GEMVs sharing w (8 columns per pass): every loaded w vector feeds the R
+// accumulators; each (row, column) is the chain gemv_rows_avx2 computes for that row.
+template <bool BF16, int R>
+__attribute__((target("avx2,fma"))) void gemv_multi_rows_avx2(float* acc, int64_t lda,
+                                                              const float* coef, int64_t ldc,
+                                                              const uint8_t* w, int64_t ks,
+                                                              int64_t K, int64_t n) {
+  constexpr int64_t es = BF16 ? 2 : 4;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 a[R];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    const uint8_t* p = w + j * es;
+    for (int64_t k = 0; k < K; ++k, p += ks) {
+      const __m256 x = load8<BF16>(p);
+      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(coef[r * ldc + k]), x, a[r]);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + r * lda + j, a[r]);
+  }
+  for (int r = 0; r < R; ++r)
+    gemv_cols_scalar_fma<BF16>(acc + r * lda, coef + r * ldc, w, ks, es, K, j, n);
+}
+
+template <bool BF16>
+void gemv_rows_many_avx2(float* acc, int64_t lda, const float* coef, int64_t rows,
+                         const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8)
+    gemv_multi_rows_avx2<BF16, 8>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 4 <= rows; r += 4)
+    gemv_multi_rows_avx2<BF16, 4>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 2 <= rows; r += 2)
+    gemv_multi_rows_avx2<BF16, 2>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
+}
+
 void gemv_bf16_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                     int64_t K, int64_t n) {
   if (js == 2)
@@ -174,6 +210,104 @@ void gemv_f32_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, 
   else
     gemv_cols_scalar_fma<false>(acc, coef, w, ks, js, K, 0, n);
 }
+// AVX-512 version of the column-contiguous bf16 GEMV: 16 columns x 32 k per step. Each column's
+// 32 k values are one 64-byte load; a 16 x 16 transpose of 32-bit lanes gives, per k pair, the
+// 16 columns' (k, k + 1) elements, and a bf16 is the top half of an fp32, so the even element
+// is the lane shifted left by 16 and the odd one the lane with its low half cleared. The terms
+// still add in k order, one FMA each: the same bits as the AVX2 and portable paths.
+#define NKI_SIMD_AVX512 1
+// GCC 12 reports the undefined pass-through operand inside its AVX-512 unpack intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define NKI_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma")))
+
+NKI_AVX512 inline void transpose16x16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
+  for (int c = 0; c < 4; ++c) {
+    const __m512i s0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    const __m512i s1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i s2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i s3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    t[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(s0, s2, 0xDD);
+    t[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Columns j .. j + 16 B over k in [0, K32) (K32 a multiple of 32), then the k tail in scalar.
+// Thin matmuls over a weight read in place come in chains over consecutive k ranges of the same
+// columns (a projection's 128-row chunks), so while a block runs, the same rows' next K values
+// are prefetched into L2, a line per row and k step (into L1 they would evict each other: the
+// rows are a power-of-two stride apart and share cache sets).
+template <int B>
+NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
+                                    int64_t K, int64_t j) {
+  __m512 a[B];
+  for (int b = 0; b < B; ++b) a[b] = _mm512_setzero_ps();
+  const int64_t K32 = K / 32 * 32;
+  const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  const uint8_t* next = w + j * js + K * 2;
+  for (int64_t k = 0; k < K32; k += 32) {
+    for (int64_t r = 0; r < B * 16; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(next + r * js + k * 2), _MM_HINT_T1);
+    for (int b = 0; b < B; ++b) {
+      __m512i v[16];
+      const uint8_t* p = w + (j + b * 16) * js + k * 2;
+      for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(p + i * js);
+      transpose16x16_epi32(v);
+      for (int t = 0; t < 16; ++t) {
+        const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v[t], 16));
+        const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v[t], hi));
+        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[k + 2 * t]), even, a[b]);
+        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[k + 2 * t + 1]), odd, a[b]);
+      }
+    }
+  }
+  for (int b = 0; b < B; ++b) {
+    float* out = acc + j + b * 16;
+    _mm512_storeu_ps(out, a[b]);
+    if (K32 == K) continue;
+    for (int i = 0; i < 16; ++i) {
+      float x = out[i];
+      const uint8_t* p = w + (j + b * 16 + i) * js;
+      for (int64_t k = K32; k < K; ++k) x = std::fma(coef[k], ld_bf16(p + k * 2), x);
+      out[i] = x;
+    }
+  }
+}
+
+NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
+                                       int64_t js, int64_t K, int64_t n) {
+  int64_t j = 0;
+  if (K >= 32) {
+    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j);
+    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j);
+  }
+  if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
+}
+#pragma GCC diagnostic pop
+
+void gemv_bf16_avx512(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
+                      int64_t K, int64_t n) {
+  if (js != 2 && ks == 2)
+    gemv_colsT_bf16_avx512(acc, coef, w, js, K, n);
+  else
+    gemv_bf16_avx2(acc, coef, w, ks, js, K, n);
+}
+
 #endif
 
 struct Table {
@@ -183,6 +317,7 @@ struct Table {
   Gemv gemv_bf16 = gemv_bf16_portable;
   Gemv gemv_f32 = gemv_f32_portable;
   bool avx2 = false;
+  bool avx512 = false;
   Table() {
 #ifdef NKI_SIMD_AVX2
     if (kernels::simd_level() == kernels::SimdLevel::Avx2) {
@@ -191,6 +326,11 @@ struct Table {
       gemv_bf16 = gemv_bf16_avx2;
       gemv_f32 = gemv_f32_avx2;
       avx2 = true;
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq")) {
+        gemv_bf16 = gemv_bf16_avx512;
+        avx512 = true;
+      }
     }
 #endif
   }
@@ -239,8 +379,26 @@ void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64
   table().gemv_f32(acc, coef, w, ks, js, K, n);
 }
 
+void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX2
+  if (table().avx2 && js == 2 && rows > 1)
+    return gemv_rows_many_avx2<true>(acc, lda, coef, rows, w, ks, K, n);
+#endif
+  for (int64_t r = 0; r < rows; ++r) gemv_bf16(acc + r * lda, coef + r * K, w, ks, js, K, n);
+}
+void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                   int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX2
+  if (table().avx2 && js == 4 && rows > 1)
+    return gemv_rows_many_avx2<false>(acc, lda, coef, rows, w, ks, K, n);
+#endif
+  for (int64_t r = 0; r < rows; ++r) gemv_f32(acc + r * lda, coef + r * K, w, ks, js, K, n);
+}
+
 void axpy_f32(float* y, float a, const float* x, int64_t n) { table().f32(y, a, x, n); }
 void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n) { table().bf16(y, a, x, n); }
 bool using_avx2() { return table().avx2; }
+bool using_avx512() { return table().avx512; }
 
 }  // namespace neuron::nki::simd

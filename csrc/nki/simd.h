@@ -15,11 +15,20 @@ void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n);
 // element at w + k * ks + j * js bytes (bf16 raw patterns or fp32): the arithmetic of K axpy
 // calls into a zeroed acc (one fp32 multiply-add per term, FMA where the axpy uses it), with
 // the accumulators in registers. Row-contiguous (js = element size) and column-contiguous
-// (ks = element size: a weight matrix read transposed in place) layouts have vector paths.
+// (ks = element size: a weight matrix read transposed in place) layouts have vector paths;
+// the column-contiguous bf16 one has an AVX-512 version (16 columns x 32 k per step).
 void gemv_bf16(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
                int64_t n);
 void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
               int64_t n);
+
+// `rows` GEMVs over the same w: acc[r * lda + j] for the coefficients coef[r * K ..], each exactly
+// what gemv_* computes for that row (row-contiguous w has a path that reads each element once
+// for up to 8 rows).
+void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t js, int64_t K, int64_t n);
+void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                   int64_t ks, int64_t js, int64_t K, int64_t n);
 
 // The portable versions (for tests).
 void gemv_bf16_portable(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
@@ -28,7 +37,9 @@ void gemv_f32_portable(float* acc, const float* coef, const uint8_t* w, int64_t 
                        int64_t K, int64_t n);
 void axpy_f32_portable(float* y, float a, const float* x, int64_t n);
 void axpy_bf16_portable(float* y, float a, const uint16_t* x, int64_t n);
-// Whether the AVX2+FMA versions are in use.
+// Whether the AVX2+FMA versions are in use, and the AVX-512 one of the column-contiguous bf16
+// GEMV (on CPUs with AVX-512 F/BW/DQ, when the AVX2 versions are in use).
 bool using_avx2();
+bool using_avx512();
 
 }  // namespace neuron::nki::simd

@@ -271,6 +271,7 @@ void init_module(py::module_& m) {
                                py::dict d;
                                d["elided_dmas"] = pl.elided;
                                d["in_place_operands"] = pl.redirected;
+                               d["matmul_runs"] = pl.runs;
                                d["elided"] = skipped;
                                return d;
                              })

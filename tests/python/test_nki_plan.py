@@ -127,3 +127,132 @@ def test_input_aliased_with_a_written_tensor_is_not_read_in_place():
         got = load_then_clobber(x, w, w)  # the same memory as input and written tensor
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
         assert not w.any()  # the kernel did clear it
+
+
+def _strided_rewrite_kernel(both_halves: bool):
+    @nki.jit
+    def kern(x, w):
+        """After the matmul, the weight tile is rewritten in two strided halves (even columns,
+        then odd ones: plain writes of exactly known bytes), then copied out. With both halves
+        the copy reads only rewritten bytes and the weight DMA can go; with one half the copy
+        reads bytes the DMA wrote and the DMA must stay."""
+        xT, wT = _load_xT_wT(x, w)
+        out = _matmul_out(xT, wT)
+        N = w.shape[0]
+        nisa.memset(dst=wT[:, 0:N:2], value=0.25)
+        if both_halves:
+            nisa.memset(dst=wT[:, 1:N:2], value=-0.5)
+        o = nl.ndarray(wT.shape, wT.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=wT)
+        tile = nl.ndarray(wT.shape, wT.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=tile, src=o)
+        return out, tile
+
+    return kern
+
+
+@pytest.mark.parametrize("both_halves", [True, False])
+def test_strided_rewrites_are_tracked_byte_exactly(both_halves):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, P)).astype(np.float32)
+    w = rng.standard_normal((64, P)).astype(np.float32)
+    kern = _strided_rewrite_kernel(both_halves)
+    skipped = kern.specialize(x, w).programs[0].plan["elided"]
+    assert (1 in skipped) == both_halves  # instruction 1: the weight DMA
+    want = w.T.copy()
+    want[:, 0::2] = 0.25
+    if both_halves:
+        want[:, 1::2] = -0.5
+    for _ in range(3):  # checked run, then planned runs
+        out, tile = kern(x, w)
+        np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(tile, want)
+
+
+def _cache_kernel(write_before_read: bool):
+    @nki.jit
+    def kern(x, cache, row):
+        """A KV-cache-style input: loaded, read by a matmul, and written by the kernel itself
+        (`row` into its first row). Written after the last read, the load can be elided (the
+        matmul reads the cache in place before the write); written before the matmul, the
+        matmul must see the loaded (old) values and the load stays."""
+        xT, cT = _load_xT_wT(x, cache)
+        r = nl.ndarray(row.shape, row.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=r, src=row)
+        if write_before_read:
+            nisa.dma_copy(dst=cache[0:1, :], src=r)
+        out = _matmul_out(xT, cT)
+        if not write_before_read:
+            nisa.dma_copy(dst=cache[0:1, :], src=r)
+        return out
+
+    return kern
+
+
+@pytest.mark.parametrize("write_before_read", [False, True])
+def test_a_written_input_is_read_in_place_only_before_its_writes(write_before_read):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, P)).astype(np.float32)
+    c0 = rng.standard_normal((32, P)).astype(np.float32)
+    row = rng.standard_normal((1, P)).astype(np.float32)
+    kern = _cache_kernel(write_before_read)
+    skipped = kern.specialize(x, c0, row).programs[0].plan["elided"]
+    assert (1 in skipped) != write_before_read  # instruction 1: the cache load
+    for _ in range(3):  # checked run, then planned runs
+        cache = c0.copy()
+        np.testing.assert_allclose(kern(x, cache, row), x @ c0.T, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(cache[0], row[0])
+        np.testing.assert_array_equal(cache[1:], c0[1:])
+
+
+def _matmul_chain_kernel(split: bool):
+    @nki.jit
+    def chain(x, w):
+        """out[1, N] = x @ w.T over K // 128 accumulating matmuls (nn.Linear weight, read in place)
+        plus the first chunk's product for the first N // 4 outputs, transposed, into its own tile. `split` puts a memset between
+        the matmuls, so each runs on its own instead of as one parallel run."""
+        N, K = w.shape
+        KT = K // P
+        xT = nl.ndarray((P, KT, 1), x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=xT, src=x.reshape((1, KT, P)), axes=(2, 1, 0))
+        wT = nl.ndarray((P, KT, N), w.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=wT, src=w.reshape((N, KT, P)), axes=(2, 1, 0))
+        ps = nl.ndarray((1, N), nl.float32, buffer=nl.psum)
+        ps2 = nl.ndarray((N // 4, 1), nl.float32, buffer=nl.psum)
+        junk = nl.ndarray((1, 8), nl.float32, buffer=nl.sbuf)
+        for k in range(KT):
+            nisa.nc_matmul(dst=ps, stationary=xT[:, k, :], moving=wT[:, k, :], accumulate=k > 0)
+            if split:
+                nisa.memset(dst=junk, value=float(k))
+        nisa.nc_matmul(dst=ps2, stationary=wT[:, 0, 0 : N // 4], moving=xT[:, 0, :])
+        o = nl.ndarray((1, N), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=ps)
+        o2 = nl.ndarray((N // 4, 1), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o2, src=ps2)
+        out = nl.ndarray((1, N), nl.float32, buffer=nl.shared_hbm)
+        out2 = nl.ndarray((N // 4, 1), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=o)
+        nisa.dma_copy(dst=out2, src=o2)
+        return out, out2
+
+    return chain
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_matmul_run_gives_the_bits_of_one_by_one(dtype):
+    """Consecutive thin matmuls run as one parallel job (Plan matmul runs): the same bits as the
+    same matmuls executed one at a time, accumulation order included."""
+    g = torch.Generator().manual_seed(7)
+    N, K = 512, 512
+    x = torch.randn(1, K, generator=g).to(dtype)
+    w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)
+    run, single = _matmul_chain_kernel(False), _matmul_chain_kernel(True)
+    assert run.specialize(x, w).programs[0].plan["matmul_runs"] == 1
+    assert single.specialize(x, w).programs[0].plan["matmul_runs"] == 0
+    run(x, w)  # first runs: checked, the full program
+    single(x, w)
+    (a, a2), (b, b2) = run(x, w), single(x, w)
+    assert torch.equal(a, b) and torch.equal(a2, b2)
+    torch.testing.assert_close(a, x.float() @ w.float().T, rtol=1e-4, atol=1e-4)
+    ref2 = x.float()[:, 0:P] @ w.float()[: N // 4, 0:P].T  # the first 128-row chunk only
+    torch.testing.assert_close(a2[:, 0], ref2[0], rtol=1e-4, atol=1e-4)

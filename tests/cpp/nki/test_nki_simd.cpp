@@ -53,6 +53,9 @@ TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
   // AVX2 exactly when the kernels use it (the host has AVX2+FMA+F16C and NEURON_EMU_SIMD is not
   // `portable`).
   EXPECT_EQ(simd::using_avx2(), neuron::kernels::simd_level() == neuron::kernels::SimdLevel::Avx2);
+  if (simd::using_avx512()) {
+    EXPECT_TRUE(simd::using_avx2());
+  }
 }
 
 // The GEMVs must compute exactly what K axpy calls into a zeroed accumulator compute (the
@@ -61,8 +64,10 @@ TEST(NkiSimd, FollowsTheKernelsSimdLevel) {
 TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  for (int64_t K : {1, 5, 8, 13, 128}) {
-    for (int64_t n : {1, 7, 8, 31, 32, 64, 65, 128, 200}) {
+  // K >= 32 and n >= 16 take the AVX-512 column-contiguous path where the CPU has it (32-k
+  // steps, a scalar k tail, 64- and 16-column blocks, the AVX2 path for the last columns).
+  for (int64_t K : {1, 5, 8, 13, 32, 45, 64, 128, 200}) {
+    for (int64_t n : {1, 7, 8, 16, 31, 32, 64, 65, 80, 128, 200}) {
       // w stored [n, Kp] row-major (column-contiguous for the GEMV) and [K, np] (row-contiguous)
       const int64_t Kp = K + 3, np = n + 5;
       std::vector<float> coef(static_cast<size_t>(K)), wf(static_cast<size_t>(K * n));
@@ -97,6 +102,38 @@ TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
         simd::axpy_bf16_portable(ref.data(), coef[k], rows.data() + k * np, n);
       simd::gemv_bf16_portable(out.data(), coef.data(), bytes(colsT), 2, Kp * 2, K, n);
       for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[j], ref[j]) << "portable K=" << K;
+    }
+  }
+}
+
+// Several GEMVs over the same w (the thin operand's rows of a matmul) give, row by row, exactly
+// what one GEMV per row gives, for every row count and layout.
+TEST(NkiSimd, MultiRowGemvIsBitIdenticalToOneRowAtATime) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  for (int64_t rows : {1, 2, 3, 5, 8, 11, 16}) {
+    for (int64_t n : {1, 7, 8, 20, 64, 130}) {
+      const int64_t K = 37, np = n + 3;
+      std::vector<float> coef(static_cast<size_t>(rows * K)), wf(static_cast<size_t>(K * np));
+      for (auto& c : coef) c = nd(rng);
+      for (auto& v : wf) v = nd(rng);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+      const int64_t lda = n + 5;
+      std::vector<float> got(static_cast<size_t>(rows * lda), -7.0f), ref(static_cast<size_t>(n));
+      const auto* wb8 = reinterpret_cast<const uint8_t*>(wb.data());
+      const auto* wf8 = reinterpret_cast<const uint8_t*>(wf.data());
+      simd::gemv_rows_bf16(got.data(), lda, coef.data(), rows, wb8, np * 2, 2, K, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        simd::gemv_bf16(ref.data(), coef.data() + r * K, wb8, np * 2, 2, K, n);
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[r * lda + j], ref[j]) << rows << " " << n;
+        ASSERT_EQ(got[r * lda + n], -7.0f);  // nothing written past the row
+      }
+      simd::gemv_rows_f32(got.data(), lda, coef.data(), rows, wf8, np * 4, 4, K, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        simd::gemv_f32(ref.data(), coef.data() + r * K, wf8, np * 4, 4, K, n);
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[r * lda + j], ref[j]) << "f32 " << rows;
+      }
     }
   }
 }
