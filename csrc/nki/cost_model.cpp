@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <tuple>
 
 namespace neuron::nki {
 
@@ -107,12 +108,13 @@ InstrCost instr_cost(const Program& prog, int32_t idx, const CostParams& p) {
 
 namespace isa::cost {
 
-void DmaCopy(const CostCtx& x, InstrCost& c) {
+// A DMA transfer of src to dst: queues by partitions (or 2 KiB chunks), bytes at the
+// per-queue rate plus a descriptor per contiguous run, the fixed latency on top.
+static void dma_transfer(const CostCtx& x, int kd, int ks, bool transpose, InstrCost& c) {
   const CostParams& p = x.p;
-  const Fields<Op::DmaCopy> f{x.in};
   c.engine = Engine::Dma;
-  const Ap &d = f.ap<"dst">(), &s = f.ap<"src">();
-  const Mem dm = x.mem(Fields<Op::DmaCopy>::k<"dst">), sm = x.mem(Fields<Op::DmaCopy>::k<"src">);
+  const Ap &d = x.in.ap[kd], &s = x.in.ap[ks];
+  const Mem dm = x.mem(kd), sm = x.mem(ks);
   const int64_t n = d.numel();
   const int64_t sb = n * dt_size(s.dtype), db = n * dt_size(d.dtype);
   if (sm == Mem::Hbm) c.hbm_read = sb;
@@ -128,7 +130,6 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   const int64_t run = std::max<int64_t>(
       1, std::min(contiguous_run(d, dm != Mem::Hbm), contiguous_run(s, sm != Mem::Hbm)));
   // A DMA transpose moves whole partition rows cooperatively (one descriptor per row).
-  const bool transpose = f.flag<"is_transpose">();
   const double chunks = transpose ? static_cast<double>(std::max<int64_t>(parts, 1))
                                   : static_cast<double>(n) / static_cast<double>(run);
   double data =
@@ -137,6 +138,25 @@ void DmaCopy(const CostCtx& x, InstrCost& c) {
   c.ns = data;
   c.queues = q;
   c.latency_ns = p.dma_fixed_ns;
+}
+
+void DmaCopy(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaCopy>;
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, FX{x.in}.flag<"is_transpose">(), c);
+}
+
+// A gather/scatter: a DMA of the same bytes, one descriptor chain per index.
+void DmaIndirect(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
+}
+
+// sendrecv: the tile crosses to the peer core's memory as one DMA transfer; its fixed latency
+// (dma_fixed_ns) is the cross-core semaphore hand-off. The wait for the peer is the
+// scheduler's (estimate_launch synchronises the cores' timelines at the rendezvous).
+void SendRecv(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::SendRecv>;
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
 }
 
 void Matmul(const CostCtx& x, InstrCost& c) {
@@ -277,6 +297,12 @@ void LoopBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void LoopEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileBegin(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
 void WhileEnd(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+// core_barrier: a remote semaphore update to every peer and a local wait, one cross-core
+// semaphore latency (dma_fixed_ns) after the last core arrives (estimate_launch).
+void CoreBarrier(const CostCtx& x, InstrCost& c) {
+  c.ns = x.at_least_mii(1);
+  c.latency_ns = x.p.dma_fixed_ns;
+}
 
 }  // namespace isa::cost
 
@@ -384,8 +410,12 @@ int lane_of(Engine e) {
 
 }  // namespace
 
+namespace {
+bool is_rendezvous(Op op) { return op == Op::CoreBarrier || op == Op::SendRecv; }
+}  // namespace
+
 Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p,
-                  size_t max_events) {
+                  size_t max_events, const std::vector<double>* release) {
   Estimate est;
   est.dma_queues = p.dma_engines;
   const auto& instrs = prog.instrs();
@@ -401,6 +431,10 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
   std::vector<Timeline> q_busy(static_cast<size_t>(p.dma_engines));
   const size_t count = trace ? trace->size() : instrs.size();
   std::vector<int> qidx(static_cast<size_t>(p.dma_engines));
+  // A rendezvous with the other cores (core_barrier, sendrecv) waits for everything issued
+  // before it and for its peers (`release`); nothing after it starts before it ends.
+  double fence = 0;
+  size_t rendezvous = 0;
 
   for (size_t r = 0; r < count; ++r) {
     const int32_t idx = trace ? (*trace)[r].instr : static_cast<int32_t>(r);
@@ -421,6 +455,14 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
       for (const Access& a : acc[in.ap[k].buf])
         if ((w || a.write) && a.end > ready && a.box.overlaps(boxes[k])) ready = a.end;
     }
+    const bool rv = is_rendezvous(in.op);
+    if (rv) {
+      ready = std::max(ready, est.total_ns);
+      est.rendezvous_ns.push_back(ready);
+      if (release && rendezvous < release->size()) ready = std::max(ready, (*release)[rendezvous]);
+      ++rendezvous;
+    }
+    ready = std::max(ready, fence);
     double start, end;
     if (c.engine == Engine::Dma) {
       const double at = ready + c.latency_ns;
@@ -451,6 +493,7 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
       const int lane = lane_of(c.engine);
       start = std::max(ready, lane_free[lane]);
       end = start + c.ns;
+      if (rv) end += c.latency_ns;  // the peers' semaphores
       lane_free[lane] = end;
       est.busy_ns[static_cast<int>(c.engine)] += c.ns;
       if (est.events.size() < max_events) {
@@ -460,6 +503,7 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
       }
     }
     (void)start;
+    if (rv) fence = end;
     for (int k = 0; k < in.nap; ++k) {
       if (!in.ap[k].present()) continue;
       auto& list = acc[in.ap[k].buf];
@@ -473,6 +517,102 @@ Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, con
     ++est.instructions;
   }
   return est;
+}
+
+std::vector<Estimate> estimate_launch(const std::vector<const Program*>& progs,
+                                      const std::vector<const std::vector<ExecRecord>*>& traces,
+                                      int cores, size_t max_events, std::vector<double>* offsets) {
+  const size_t n = progs.size();
+  const size_t P = static_cast<size_t>(std::max(1, cores));
+  std::vector<Estimate> out(n);
+  if (offsets) offsets->assign(n, 0.0);
+  auto trace_of = [&](size_t i) { return i < traces.size() ? traces[i] : nullptr; };
+  double wave_start = 0;
+  for (size_t w0 = 0; w0 < n; w0 += P) {
+    const size_t m = std::min(P, n - w0);
+    // The rendezvous of each core in order, and who meets whom: the n-th barrier of a core
+    // meets the n-th barrier of each core of its mask; a sendrecv meets the sendrecv of its
+    // sender (same pipe, same ordinal) and of its receiver.
+    struct Rv {
+      bool barrier;
+      uint32_t cores;
+      std::vector<std::pair<size_t, size_t>> peers;  // (core, its rendezvous index)
+    };
+    std::vector<std::vector<Rv>> rvs(m);
+    std::map<std::tuple<size_t, size_t, int64_t, int64_t>, std::pair<size_t, size_t>> sends, recvs;
+    std::vector<std::vector<size_t>> barriers(m);
+    size_t total_rv = 0;
+    for (size_t r = 0; r < m; ++r) {
+      const Program& prog = *progs[w0 + r];
+      const auto* tr = trace_of(w0 + r);
+      const size_t cnt = tr ? tr->size() : prog.instrs().size();
+      std::map<std::tuple<size_t, int64_t>, int64_t> nsend, nrecv;
+      for (size_t k = 0; k < cnt; ++k) {
+        const Instr& in = prog.instrs()[tr ? (*tr)[k].instr : static_cast<int32_t>(k)];
+        if (!is_rendezvous(in.op)) continue;
+        const size_t j = rvs[r].size();
+        Rv v{in.op == Op::CoreBarrier, 0, {}};
+        if (v.barrier) {
+          v.cores = static_cast<uint32_t>(isa::Fields<Op::CoreBarrier>{in}.i<"cores">());
+          barriers[r].push_back(j);
+        } else {
+          const isa::Fields<Op::SendRecv> f{in};
+          const auto to = static_cast<size_t>(f.i<"send_to_rank">());
+          const auto from = static_cast<size_t>(f.i<"recv_from_rank">());
+          const int64_t pipe = f.i<"pipe_id">();
+          sends[{r, to, pipe, nsend[{to, pipe}]++}] = {r, j};
+          recvs[{from, r, pipe, nrecv[{from, pipe}]++}] = {r, j};
+        }
+        rvs[r].push_back(std::move(v));
+        ++total_rv;
+      }
+    }
+    for (const auto& [key, at] : recvs) {  // receiver at.first meets the matching sender
+      auto it = sends.find(key);
+      if (it == sends.end()) continue;
+      rvs[at.first][at.second].peers.push_back(it->second);
+      rvs[it->second.first][it->second.second].peers.push_back(at);
+    }
+    for (size_t r = 0; r < m; ++r)
+      for (size_t b = 0; b < barriers[r].size(); ++b) {
+        Rv& v = rvs[r][barriers[r][b]];
+        for (size_t c = 0; c < m; ++c)
+          if (c != r && (v.cores >> c & 1u) && b < barriers[c].size())
+            v.peers.emplace_back(c, barriers[c][b]);
+      }
+    // Each core's timeline, re-scheduled until every rendezvous starts when its last
+    // participant arrives (releases only grow; each round settles at least one more).
+    std::vector<std::vector<double>> release(m);
+    for (size_t r = 0; r < m; ++r) release[r].assign(rvs[r].size(), 0.0);
+    for (size_t round = 0; round <= total_rv + 1; ++round) {
+      for (size_t r = 0; r < m; ++r) {
+        const Program& prog = *progs[w0 + r];
+        out[w0 + r] = estimate(prog, trace_of(w0 + r),
+                               CostParams::for_version(prog.target().nc_version), max_events,
+                               &release[r]);
+      }
+      bool changed = false;
+      for (size_t r = 0; r < m; ++r)
+        for (size_t j = 0; j < rvs[r].size(); ++j) {
+          double t = release[r][j];
+          for (const auto& [c, k] : rvs[r][j].peers)
+            if (k < out[w0 + c].rendezvous_ns.size())
+              t = std::max(t, out[w0 + c].rendezvous_ns[k]);
+          if (t > release[r][j] + 1e-6) {
+            release[r][j] = t;
+            changed = true;
+          }
+        }
+      if (!changed) break;
+    }
+    double wave = 0;
+    for (size_t r = 0; r < m; ++r) {
+      if (offsets) (*offsets)[w0 + r] = wave_start;
+      wave = std::max(wave, out[w0 + r].total_ns);
+    }
+    wave_start += wave;
+  }
+  return out;
 }
 
 namespace {

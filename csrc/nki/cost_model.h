@@ -62,14 +62,27 @@ struct Estimate {
   int dma_queues = 16;
   std::vector<TimelineEvent> events;  // when requested
   bool events_truncated = false;
+  std::vector<double> rendezvous_ns;  // when each core_barrier / sendrecv was ready, in order
 
   double utilization(Engine e) const;
 };
 
 // Schedules the executed instruction sequence (`trace`, or program order when null; a
 // program with runtime loops needs the trace of a run). `max_events` caps the timeline.
+// `release` (one per core_barrier / sendrecv, in order): when the peers of each rendezvous
+// arrive; a rendezvous starts after everything issued before it and after its release, and
+// everything after it waits for it.
 Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p,
-                  size_t max_events);
+                  size_t max_events, const std::vector<double>* release = nullptr);
+
+// The instances of one launch on `cores` physical cores: waves of `cores` instances running
+// at the same time, their timelines synchronised at every rendezvous (each starts when its
+// last participant arrives), one wave after the other. traces[i] (or null / missing: program
+// order) as for estimate(). `offsets` receives each instance's start (its wave's). The launch
+// takes max(offset + total_ns).
+std::vector<Estimate> estimate_launch(const std::vector<const Program*>& progs,
+                                      const std::vector<const std::vector<ExecRecord>*>& traces,
+                                      int cores, size_t max_events, std::vector<double>* offsets);
 
 // Chrome trace / Perfetto events of one NeuronCore (pid) as a JSON array body (no brackets),
 // starting at `offset_ns`, including the lane-name metadata.

@@ -63,14 +63,11 @@ double collective_ns(Collective c, double bytes, int ranks, const DeviceTimePara
 }
 
 double nki_launch_ns(const std::vector<const Program*>& instances, int lnc) {
-  std::vector<double> core(static_cast<size_t>(std::max(1, lnc)), 0.0);
-  for (size_t i = 0; i < instances.size(); ++i) {
-    const Program& prog = *instances[i];
-    const Estimate e =
-        estimate(prog, nullptr, CostParams::for_version(prog.target().nc_version), 0);
-    core[i % core.size()] += e.total_ns;
-  }
-  return *std::max_element(core.begin(), core.end());
+  std::vector<double> offsets;
+  const std::vector<Estimate> est = estimate_launch(instances, {}, lnc, 0, &offsets);
+  double total = 0;
+  for (size_t i = 0; i < est.size(); ++i) total = std::max(total, offsets[i] + est[i].total_ns);
+  return total;
 }
 
 }  // namespace neuron::nki

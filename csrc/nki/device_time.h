@@ -71,9 +71,10 @@ enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll
 // ranks-1 steps (2(ranks-1) for all-reduce), each moving bytes/ranks.
 double collective_ns(Collective c, double bytes, int ranks, const DeviceTimeParams& p);
 
-// One NKI launch (its grid instances spread over the lnc physical cores in waves), each
-// instance at its cost-model estimate in program order (a program with runtime loops is
-// estimated from its instruction order, not from the trip counts of a run).
+// One NKI launch: its grid instances in waves of lnc running at the same time on the physical
+// cores of the logical core, synchronised at their rendezvous (estimate_launch), each at its
+// cost-model estimate in program order (a program with runtime loops is estimated from its
+// instruction order, not from the trip counts of a run).
 double nki_launch_ns(const std::vector<const Program*>& instances, int lnc);
 
 }  // namespace neuron::nki

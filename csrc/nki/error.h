@@ -19,11 +19,13 @@ class NkiError : public rt::Error {
         kind_(std::move(kind)),
         instruction_(std::move(instruction)),
         location_(std::move(location)),
+        message_(std::move(message)),
         rule_(std::move(rule)) {}
 
   const std::string& kind() const { return kind_; }
   const std::string& instruction() const { return instruction_; }
   const std::string& location() const { return location_; }
+  const std::string& message() const { return message_; }
   const std::string& rule() const { return rule_; }
 
   static std::string format(const std::string& instr, const std::string& loc,
@@ -36,7 +38,7 @@ class NkiError : public rt::Error {
   }
 
  private:
-  std::string kind_, instruction_, location_, rule_;
+  std::string kind_, instruction_, location_, message_, rule_;
 };
 
 }  // namespace neuron::nki

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -10,6 +12,7 @@
 #endif
 
 #include "exec_internal.h"
+#include "rendezvous.h"
 #include "simd_transpose.h"
 
 namespace neuron::nki::detail {
@@ -350,23 +353,17 @@ bool refine(const View& d, const View& s, Dim* out, int& nd) {
 namespace neuron::nki::isa::exec {
 using namespace detail;
 
-void DmaCopy(Ctx& c) {
-  using FX = Fields<Op::DmaCopy>;
-  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">;
-  View d, s;
-  if (!make_view(c, kd, d) || !make_view(c, ks, s)) return;  // skipped out-of-bounds access
-  const Binding* out = nullptr;
-  if (d.mem == Mem::Hbm) {
-    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][kd].slot)];
-    if (!b.scratch) out = &b;  // kernel inputs and outputs are caller-visible
-  }
+namespace {
+
+// Copies s into d (dtype conversion through fp32, definedness in checking mode); returns the
+// number of elements derived from never-written memory and the flat index of the first.
+int64_t copy_view(View d, View s, int64_t* first_bad) {
   if (d.dtype == s.dtype && !d.def && !s.def) {
     View dc = d, sc = s;
     collapse_all(dc);
     collapse_all(sc);
-    if (fast_copy(dc, sc)) return;
+    if (fast_copy(dc, sc)) return 0;
   }
-  int64_t bad = 0, first_bad = -1;
   // Large transfers with a common outer dimension are split over the host threads.
   const int64_t total = d.numel();
   if (total >= 65536 && d.num[0] == s.num[0] && d.num[0] > 1 && !rt::in_parallel_region()) {
@@ -389,24 +386,189 @@ void DmaCopy(Ctx& c) {
         afirst.compare_exchange_strong(expect, fb + b * (total / d.num[0]));
       }
     });
-    bad = abad.load();
-    first_bad = afirst.load();
-  } else {
-    collapse_all(d);
-    collapse_all(s);
-    bad = dma_walk(d, s, &first_bad);
+    *first_bad = afirst.load();
+    return abad.load();
   }
-  if (bad) {
-    if (out && c.check) {
-      c.note_undefined(ks);
-      c.fail("uninitialized",
-             "writes " + std::to_string(bad) +
-                 " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
-                 out->name + "' (first at flat element " + std::to_string(first_bad) +
-                 " of the transfer)" + c.undefined_origin(),
-             "kernels read only memory they have written");
-    }
+  collapse_all(d);
+  collapse_all(s);
+  return dma_walk(d, s, first_bad);
+}
+
+// The caller-visible HBM tensor operand k writes (null: on chip or kernel-private).
+const Binding* visible_output(const Ctx& c, int k, const View& v) {
+  if (v.mem != Mem::Hbm) return nullptr;
+  const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][k].slot)];
+  return b.scratch ? nullptr : &b;
+}
+
+// Never-written data copied by operand `ks` into `out`: an error when it reaches a
+// caller-visible HBM tensor, else remembered for later messages.
+void note_copied_undefined(Ctx& c, int ks, const Binding* out, int64_t bad, int64_t first_bad) {
+  if (!bad) return;
+  if (out && c.check) {
     c.note_undefined(ks);
+    c.fail("uninitialized",
+           "writes " + std::to_string(bad) +
+               " element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
+               out->name + "' (first at flat element " + std::to_string(first_bad) +
+               " of the transfer)" + c.undefined_origin(),
+           "kernels read only memory they have written");
+  }
+  c.note_undefined(ks);
+}
+
+std::string shape_str(const View& v) {
+  std::string s = std::string(dt_name(v.dtype)) + " [" + std::to_string(v.parts());
+  s += ", " + std::to_string(v.free()) + "]";
+  return s;
+}
+
+}  // namespace
+
+void DmaCopy(Ctx& c) {
+  using FX = Fields<Op::DmaCopy>;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">;
+  View d, s;
+  if (!make_view(c, kd, d) || !make_view(c, ks, s)) return;  // skipped out-of-bounds access
+  int64_t first_bad = -1;
+  const int64_t bad = copy_view(d, s, &first_bad);
+  note_copied_undefined(c, ks, visible_output(c, kd, d), bad, first_bad);
+}
+
+// The other cores of the logical core: core_barrier and sendrecv meet them through the
+// launch's CoreGroup (a launch without one is a group of one core).
+namespace {
+CoreGroup& group_of(Ctx& c, std::unique_ptr<CoreGroup>& own) {
+  if (c.opt.group) return *c.opt.group;
+  own = std::make_unique<CoreGroup>(1, c.opt.poll_interrupt ? 0 : -1);
+  return *own;
+}
+CoreGroup::Site site_of(const Ctx& c) { return {c.prog.instr_name(c.in()), c.prog.location(c.in())}; }
+
+void check_rank(Ctx& c, const char* what, int64_t r, int n) {
+  if (r >= n)
+    c.fail("runtime",
+           std::string(what) + " " + std::to_string(r) + " is not a core of this logical core: the " +
+               "launch runs " + std::to_string(n) + " instance(s) at a time (launch the kernel " +
+               "as kernel[2](...) on a logical core of two NeuronCores, NEURON_LOGICAL_NC_CONFIG=2)",
+           "ranks name the NeuronCores of the logical core running the launch");
+}
+}  // namespace
+
+void CoreBarrier(Ctx& c) {
+  using FX = Fields<Op::CoreBarrier>;
+  std::unique_ptr<CoreGroup> own;
+  CoreGroup& g = group_of(c, own);
+  const auto cores = static_cast<uint32_t>(FX{c.in()}.i<"cores">());
+  for (int r = 0; r < 32; ++r)
+    if (cores >> r & 1u) check_rank(c, "core", r, g.size());
+  if (!(cores >> c.opt.rank & 1u))
+    c.fail("runtime",
+           "core " + std::to_string(c.opt.rank) + " is not one of the barrier's cores",
+           "a core takes part in the barriers it executes");
+  g.barrier(c.opt.rank, cores, site_of(c));
+}
+
+void SendRecv(Ctx& c) {
+  using FX = Fields<Op::SendRecv>;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">;
+  const FX f{c.in()};
+  std::unique_ptr<CoreGroup> own;
+  CoreGroup& g = group_of(c, own);
+  const int64_t to = f.i<"send_to_rank">(), from = f.i<"recv_from_rank">();
+  check_rank(c, "send_to_rank", to, g.size());
+  check_rank(c, "recv_from_rank", from, g.size());
+  View d, s;
+  make_view(c, kd, d);
+  make_view(c, ks, s);
+  const CoreGroup::Site here = site_of(c);
+  g.sendrecv(c.opt.rank, static_cast<int>(to), static_cast<int>(from), f.i<"pipe_id">(), s, here,
+             [&](const CoreGroup::Message& m) {
+               if (m.src.dtype != d.dtype || m.src.numel() != d.numel() ||
+                   m.src.parts() != d.parts())
+                 c.fail("runtime",
+                        "receives a " + shape_str(m.src) + " tile from rank " +
+                            std::to_string(from) + " (" + m.site.instr + " at " + m.site.loc +
+                            ") into a " + shape_str(d) + " dst",
+                        "the src of a sendrecv and the dst of its peer have the same shape and "
+                        "dtype");
+               int64_t first_bad = -1;
+               const int64_t bad = copy_view(d, m.src, &first_bad);
+               note_copied_undefined(c, ks, visible_output(c, kd, d), bad, first_bad);
+             });
+}
+
+void DmaIndirect(Ctx& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">, kx = FX::k<"index">;
+  const FX f{c.in()};
+  const bool scatter = f.i<"indirect">() != 0;
+  const int64_t scale = f.i<"scale">();
+  const bool skip_oob = f.i<"oob_mode">() == 1;
+  View d, s, ix;
+  make_view(c, kd, d);
+  make_view(c, ks, s);
+  make_view(c, kx, ix);
+  const int ki = scatter ? kd : ks;
+  View& ind = scatter ? d : s;
+  View& other = scatter ? s : d;
+  const Binding& hb = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][ki].slot)];
+  const Binding* out = nullptr;
+  if (d.mem == Mem::Hbm) {
+    const Binding& b = c.bind[static_cast<size_t>(c.prog.phys()[c.pc][kd].slot)];
+    if (!b.scratch) out = &b;
+  }
+  // The byte extent of one entry of the indirect dimension around its base.
+  int64_t ext_lo = 0, ext_hi = ind.es;
+  for (int k = 1; k < ind.ndim; ++k) {
+    const int64_t span = (ind.num[k] - 1) * ind.stride[k];
+    (span < 0 ? ext_lo : ext_hi) += span;
+  }
+  const int64_t base_off = ind.base - hb.data;
+  const int64_t n = ind.num[0];
+  for (int64_t p = 0; p < n; ++p) {
+    int64_t idx = 0;
+    load_i64(ix.dtype, ix.base + p * ix.stride[0], 0, 1, &idx);
+    if (ix.def) {
+      uint8_t ok = 1;
+      for (int b = 0; b < ix.es; ++b) ok &= ix.def[p * ix.stride[0] + b];
+      if (!ok) {
+        c.note_undefined(kx);
+        c.fail("uninitialized",
+               "index " + std::to_string(p) + " comes from never-written memory" +
+                   c.undefined_origin(),
+               "kernels read only memory they have written");
+      }
+    }
+    const int64_t delta = idx * scale * ind.es;
+    if (base_off + delta + ext_lo < 0 || base_off + delta + ext_hi > hb.bytes) {
+      if (skip_oob) continue;
+      c.fail("runtime",
+             "index " + std::to_string(idx) + " (entry " + std::to_string(p) +
+                 ") moves the access of '" + hb.name + "' outside the tensor (" +
+                 std::to_string(hb.bytes / ind.es) + " elements)",
+             "indirect DMA indices stay inside the tensor (or use oob_mode=nisa.oob_mode.skip)");
+    }
+    View a = ind, b = other;
+    a.num[0] = b.num[0] = 1;
+    a.base += delta;
+    if (a.def) a.def += delta;
+    b.base += p * other.stride[0];
+    if (b.def) b.def += p * other.stride[0];
+    View& dd = scatter ? a : b;
+    View& ss = scatter ? b : a;
+    collapse_all(dd);
+    collapse_all(ss);
+    int64_t first_bad = -1;
+    if (dma_walk(dd, ss, &first_bad) && c.check) {
+      c.note_undefined(ks);
+      if (out)
+        c.fail("uninitialized",
+               "writes element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
+                   out->name + "' (entry " + std::to_string(p) + " of the indirect transfer)" +
+                   c.undefined_origin(),
+               "kernels read only memory they have written");
+    }
   }
 }
 

@@ -32,11 +32,18 @@ struct Binding {
 // (NEURON_EMU_NKI_MAX_LOOP_ITERATIONS raises it).
 constexpr int64_t kDefaultMaxLoopIterations = int64_t{1} << 24;
 
+class CoreGroup;  // rendezvous.h
+
 struct ExecOptions {
   bool check_uninit = false;
   bool record_trace = false;  // keep the executed instruction sequence (cost model)
   bool use_plan = true;       // unchecked runs follow Program::plan() (DMA elision)
   int64_t max_loop_iterations = kDefaultMaxLoopIterations;
+  // The cores of the logical core running this launch's instances concurrently (core_barrier,
+  // sendrecv) and this instance's rank among them; null: a group of one.
+  CoreGroup* group = nullptr;
+  int rank = 0;
+  bool poll_interrupt = true;  // ask the interrupt poll (false on helper threads)
 };
 
 // One executed instruction: its index and the dynamic element offsets of its operands.

@@ -3,13 +3,34 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <map>
 
 #include "error.h"
+#include "rendezvous.h"
+#include "runtime/thread_pool.h"
+#include "runtime/topology.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 
 namespace neuron::nki {
+
+namespace {
+
+// An instance's error with the instance named (grids run their instances concurrently).
+NkiError in_instance(const NkiError& e, size_t i, size_t n) {
+  return NkiError(e.kind(), e.instruction(), e.location(),
+                  e.message() + " (grid instance " + std::to_string(i) + " of " +
+                      std::to_string(n) + ")",
+                  e.rule());
+}
+
+int physical_cores(const LaunchOptions& opt) {
+  if (opt.physical_cores > 0) return opt.physical_cores;
+  return std::max(1, rt::Topology::from_env(rt::read_topology_env()).lnc);
+}
+
+}  // namespace
 
 std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                                    const std::vector<std::vector<HbmArg>>& args,
@@ -21,31 +42,93 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                    "");
   const int64_t max_iterations =
       opt.max_loop_iterations > 0 ? opt.max_loop_iterations : max_loop_iterations_from_env();
+  // Definedness shadows are shared by address (the instances share HBM); all of them are
+  // sized before any instance runs, so no instance sees another's shadow move.
   std::map<const uint8_t*, std::vector<uint8_t>> shadows;
-  std::vector<ExecReport> reports(programs.size());
+  if (opt.check_uninit)
+    for (const auto& inst : args)
+      for (const HbmArg& a : inst) {
+        if (a.is_input) continue;
+        auto& s = shadows[a.data];
+        if (s.size() < static_cast<size_t>(a.bytes)) s.resize(static_cast<size_t>(a.bytes), 0);
+      }
+  std::vector<std::vector<Binding>> binds(programs.size());
   for (size_t i = 0; i < programs.size(); ++i) {
-    const Program& prog = *programs[i];
-    std::vector<Binding> b;
-    b.reserve(args[i].size());
+    binds[i].reserve(args[i].size());
     for (const HbmArg& a : args[i]) {
       Binding x;
       x.data = a.data;
       x.bytes = a.bytes;
       x.name = a.name;
       x.scratch = a.scratch;
-      if (opt.check_uninit && !a.is_input) {
-        auto& s = shadows[a.data];
-        if (s.size() < static_cast<size_t>(a.bytes)) s.resize(static_cast<size_t>(a.bytes), 0);
-        x.def = s.data();
-      }
-      b.push_back(std::move(x));
+      if (opt.check_uninit && !a.is_input) x.def = shadows[a.data].data();
+      binds[i].push_back(std::move(x));
     }
+  }
+  std::vector<ExecReport> reports(programs.size());
+  auto run_one = [&](size_t i, CoreGroup* group, int rank, bool poll) {
     ExecOptions eo;
     eo.check_uninit = opt.check_uninit;
     eo.record_trace = opt.record_trace;
     eo.max_loop_iterations = max_iterations;
-    auto core = acquire_core(prog.target());
-    execute(prog, *core, b, eo, &reports[i]);
+    eo.group = group;
+    eo.rank = rank;
+    eo.poll_interrupt = poll;
+    auto core = acquire_core(programs[i]->target());
+    execute(*programs[i], *core, binds[i], eo, &reports[i]);
+  };
+  const size_t n = programs.size();
+  if (n == 1) {
+    run_one(0, nullptr, 0, true);
+    return reports;
+  }
+  // The instances of a wave run at the same time, one per physical core of the logical core,
+  // each on its own host thread with its own SBUF/PSUM state; waves run one after the other.
+  const auto cores = static_cast<size_t>(physical_cores(opt));
+  for (size_t w0 = 0; w0 < n; w0 += cores) {
+    const size_t m = std::min(cores, n - w0);
+    CoreGroup group(static_cast<int>(m), 0);
+    std::vector<std::exception_ptr> errors(m);
+    auto part = [&](int r) {
+      try {
+        run_one(w0 + static_cast<size_t>(r), &group, r, r == 0);
+        group.finish(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+        group.fail(r);
+      }
+    };
+    if (m == 1) {
+      part(0);
+    } else {
+      rt::run_concurrently(static_cast<int>(m), part);
+    }
+    // The first instance's own error; an instance that stopped because a peer failed
+    // ("aborted") only when nothing else failed.
+    std::exception_ptr first;
+    size_t at = 0;
+    for (int pass = 0; pass < 2 && !first; ++pass)
+      for (size_t r = 0; r < m && !first; ++r) {
+        if (!errors[r]) continue;
+        bool aborted = false;
+        try {
+          std::rethrow_exception(errors[r]);
+        } catch (const NkiError& e) {
+          aborted = e.kind() == "aborted";
+        } catch (...) {
+        }
+        if (pass == 1 || !aborted) {
+          first = errors[r];
+          at = w0 + r;
+        }
+      }
+    if (first) {
+      try {
+        std::rethrow_exception(first);
+      } catch (const NkiError& e) {
+        throw in_instance(e, at, n);
+      }
+    }
   }
   return reports;
 }

@@ -1,8 +1,10 @@
-// One kernel launch: every grid instance of a traced kernel run in order on a NeuronCore state
+// One kernel launch: the grid instances of a traced kernel, each on a NeuronCore state
 // of its target, with the HBM tensors bound per instance. Shared by the eager entry points
 // (nki._nki_native, torch_neuronx._C._nki_launch) and NKI calls inside compiled programs
 // (compiler/nki_call.h), so both apply the same checking policy and report the same errors.
 // Thread-safety: run_launch() may be called concurrently (each call acquires its own cores).
+// Instances of one launch share HBM: a correct kernel orders its cores' accesses to the same
+// HBM bytes with core_barrier / sendrecv.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +30,14 @@ struct LaunchOptions {
   bool check_uninit = false;
   bool record_trace = false;
   int64_t max_loop_iterations = 0;  // 0: max_loop_iterations_from_env()
+  // Physical NeuronCores per logical core: the instances of a grid run this many at a time,
+  // concurrently (0: the configured topology's LNC, NEURON_LOGICAL_NC_CONFIG).
+  int physical_cores = 0;
 };
 
-// Runs programs[i] with args[i] for every instance i, in order. In checking mode the
+// Runs programs[i] with args[i] for every instance i: in waves of physical_cores instances
+// that run concurrently on their own host threads and meet at core_barrier / sendrecv
+// (rendezvous.h); an instance's error names the instance. In checking mode the
 // non-input HBM tensors get definedness shadows shared by address across the instances (they
 // share HBM), starting undefined. Returns one report per instance. Throws NkiError.
 std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,

@@ -311,6 +311,13 @@ void Program::add(const Instr& in_) {
                                             : isa::Fields<Op::WhileBegin>::slot<"end">] = idx;
       break;
     }
+    case Op::DmaIndirect: {
+      // Which bytes a scatter (or a gather that skips bad indices) writes depends on the
+      // index values of each run.
+      const isa::Fields<Op::DmaIndirect> f{in};
+      if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
+      break;
+    }
     default:
       break;
   }

@@ -338,6 +338,34 @@ void DmaCopy(const Checker& c) {
            "DMA casts are not supported for packed MX types");
 }
 
+void DmaIndirect(const Checker& c) {
+  using F = Fields<Op::DmaIndirect>;
+  constexpr int d = F::k<"dst">, s = F::k<"src">, x = F::k<"index">;
+  const int ind = F{c.in}.i<"indirect">() ? d : s, other = ind == d ? s : d;
+  const Ap &da = c.in.ap[d], &sa = c.in.ap[s], &xa = c.in.ap[x];
+  if (c.mem(ind) != Mem::Hbm)
+    c.fail("the indirect operand '" + c.name(ind) + "' is in " + std::string(mem_name(c.mem(ind))),
+           "an indirect DMA gathers from or scatters to an HBM tensor");
+  if (da.numel() != sa.numel())
+    c.fail("src has shape " + shape_of(sa) + " (" + std::to_string(sa.numel()) +
+               " elements) but dst has shape " + shape_of(da) + " (" + std::to_string(da.numel()) +
+               " elements)",
+           "DMA copy in/out element counts must match");
+  const int64_t n = c.P(ind);
+  if (xa.numel() != n || c.F(x) != 1)
+    c.fail("index has shape " + shape_of(xa) + " for " + std::to_string(n) +
+               " entries of the indirect dimension",
+           "an indirect DMA takes one index per entry of the first dimension: a [P, 1] tile");
+  if (c.P(other) != n)
+    c.fail(c.role(other) + " has " + std::to_string(c.P(other)) + " entries in its first dimension, " +
+               c.role(ind) + " " + std::to_string(n),
+           "the other operand of an indirect DMA has one entry per index in its first dimension");
+  if (c.dt(d) != c.dt(s) && (dt_is_packed(c.dt(d)) || dt_is_packed(c.dt(s))))
+    c.fail("cannot cast between " + std::string(dt_name(c.dt(s))) + " and " +
+               std::string(dt_name(c.dt(d))),
+           "DMA casts are not supported for packed MX types");
+}
+
 void TensorCopy(const Checker& c) {
   using F = Fields<Op::TensorCopy>;
   if (c.dt(F::k<"dst">) != c.dt(F::k<"src">)) {
@@ -585,6 +613,20 @@ void RegLoad(const Checker& c) {
   if (n != 1)
     c.fail("the tensor view has " + std::to_string(n) + " elements",
            "registers move exactly one element");
+}
+
+// sendrecv: dst takes the peer's src tile as it is (no conversion), so this core's own tiles
+// already agree.
+void SendRecv(const Checker& c) {
+  using FX = Fields<Op::SendRecv>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src">;
+  if (c.dt(d) != c.dt(s))
+    c.fail("dst is " + std::string(dt_name(c.dt(d))) + ", src " + std::string(dt_name(c.dt(s))),
+           "sendrecv src and dst have the same dtype");
+  if (c.in.ap[d].numel() != c.in.ap[s].numel() || c.P(d) != c.P(s))
+    c.fail("dst has " + std::to_string(c.P(d)) + " x " + std::to_string(c.F(d)) +
+               " elements, src " + std::to_string(c.P(s)) + " x " + std::to_string(c.F(s)),
+           "sendrecv src and dst have the same shape");
 }
 
 }  // namespace check

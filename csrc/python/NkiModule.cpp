@@ -334,6 +334,34 @@ void init_module(py::module_& m) {
         return d;
       });
 
+  // Every instance of a launch on `cores` physical cores (waves, synchronised at their
+  // rendezvous): (estimates, start offsets in ns).
+  m.def(
+      "estimate_launch",
+      [](const std::vector<std::shared_ptr<Program>>& progs,
+         const std::vector<std::shared_ptr<Trace>>& traces, int cores, size_t max_events) {
+        std::vector<const Program*> ps;
+        std::vector<const std::vector<nki::ExecRecord>*> ts;
+        for (size_t i = 0; i < progs.size(); ++i) {
+          const Program& p = *progs[i];
+          const auto& t = i < traces.size() ? traces[i] : nullptr;
+          if (!p.finalized()) throw std::invalid_argument("nki: estimate needs a finalized program");
+          if (p.dynamic() && !t)
+            throw std::invalid_argument(
+                "nki: a program with runtime loops needs the trace of a run to be estimated");
+          ps.push_back(&p);
+          ts.push_back(t && p.dynamic() ? &t->records : nullptr);
+        }
+        std::vector<double> offsets;
+        std::vector<nki::Estimate> est;
+        {
+          py::gil_scoped_release nogil;
+          est = nki::estimate_launch(ps, ts, cores, max_events, &offsets);
+        }
+        return py::make_tuple(est, offsets);
+      },
+      py::arg("programs"), py::arg("traces"), py::arg("cores"), py::arg("max_events") = 0);
+
   // Synchronous execution on host memory. bindings: per instance, a list of
   // (data_ptr, nbytes, name, is_input, is_scratch) indexed by HBM slot.
   m.def(

@@ -173,4 +173,111 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   if (job->error) std::rethrow_exception(job->error);
 }
 
+namespace {
+
+// Threads for run_concurrently, kept between calls (creating a thread costs tens of
+// microseconds, as much as a small kernel). Each runs one part at a time, as a parallel region.
+// Guarded by its mutex; leaked like the pool; a forked child starts with no threads.
+class Gang {
+ public:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    const std::function<void()>* task = nullptr;
+    bool done = false;
+  };
+
+  static Gang& get() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      g_gang.store(new Gang());
+      pthread_atfork(nullptr, nullptr, [] { g_gang.store(new Gang()); });
+    });
+    return *g_gang.load(std::memory_order_acquire);
+  }
+
+  Worker* take() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!idle_.empty()) {
+        Worker* w = idle_.back();
+        idle_.pop_back();
+        return w;
+      }
+    }
+    auto* w = new Worker();
+    std::thread([w] { loop(w); }).detach();
+    return w;
+  }
+  void give(Worker* w) {
+    std::lock_guard<std::mutex> g(mu_);
+    idle_.push_back(w);
+  }
+
+  static void run(Worker* w, const std::function<void()>* task) {
+    {
+      std::lock_guard<std::mutex> g(w->mu);
+      w->task = task;
+      w->done = false;
+    }
+    w->cv.notify_all();
+  }
+  static void wait(Worker* w) {
+    std::unique_lock<std::mutex> l(w->mu);
+    w->cv.wait(l, [w] { return w->done; });
+  }
+
+ private:
+  static void loop(Worker* w) {
+    tls_in_region = true;
+    for (;;) {
+      std::unique_lock<std::mutex> l(w->mu);
+      w->cv.wait(l, [w] { return w->task != nullptr; });
+      const std::function<void()>* t = w->task;
+      l.unlock();
+      (*t)();  // never throws: run_concurrently's parts catch everything
+      l.lock();
+      w->task = nullptr;
+      w->done = true;
+      w->cv.notify_all();
+    }
+  }
+
+  static inline std::atomic<Gang*> g_gang{nullptr};
+  std::mutex mu_;
+  std::vector<Worker*> idle_;
+};
+
+}  // namespace
+
+void run_concurrently(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  auto part = [&](int i) {
+    RegionGuard guard;
+    try {
+      fn(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  };
+  Gang& gang = Gang::get();
+  std::vector<std::function<void()>> tasks;
+  std::vector<Gang::Worker*> workers;
+  tasks.reserve(static_cast<size_t>(n - 1));
+  workers.reserve(static_cast<size_t>(n - 1));
+  for (int i = 1; i < n; ++i) tasks.emplace_back([&part, i] { part(i); });
+  for (int i = 1; i < n; ++i) {
+    workers.push_back(gang.take());
+    Gang::run(workers.back(), &tasks[static_cast<size_t>(i - 1)]);
+  }
+  part(0);
+  for (Gang::Worker* w : workers) {
+    Gang::wait(w);
+    gang.give(w);
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace neuron::rt

@@ -21,4 +21,11 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 // True while the current thread executes inside parallel_for.
 bool in_parallel_region();
 
+// Calls fn(i) for every i in [0, n), all at the same time, each on its own thread (the caller
+// runs fn(0); the others run on threads kept for reuse between calls): for work whose parts wait on each other, which a parallel_for may run one after
+// the other. Every part runs as a parallel region (nested parallel_for runs inline, so n parts
+// keep to n host threads). Returns when all parts are done; rethrows the exception of the
+// lowest part that threw.
+void run_concurrently(int n, const std::function<void(int)>& fn);
+
 }  // namespace neuron::rt

@@ -17,7 +17,7 @@ mlp_kernel = wrap_nki(mlp)  # the NKI kernel, callable on torch tensors
 @nki_op("nkilib::mlp", mutates_args={})  # a torch op: eager on neuron, one node under torch.compile
 def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: torch.Tensor) -> torch.Tensor:
     """SwiGLU MLP: down(silu(gate(x)) * up(x)). Prefill (S > 1) runs the CTE path, decode TKG."""
-    out = mlp_kernel(
+    out = (mlp_kernel[lnc()] if x.shape[1] == 1 else mlp_kernel)(  # decode: on both cores (LNC=2)
         hidden_tensor=x,
         gate_proj_weights_tensor=gate_w,
         up_proj_weights_tensor=up_w,
@@ -28,6 +28,17 @@ def nki_mlp(x: torch.Tensor, gate_w: torch.Tensor, up_w: torch.Tensor, down_w: t
         force_cte_mode=x.shape[1] > 1,
     )
     return out[0]
+
+
+import functools  # noqa: E402
+
+
+@functools.cache
+def lnc() -> int:
+    """Physical NeuronCores per logical core (NEURON_LOGICAL_NC_CONFIG: 2 on trn2). Kernels that
+    shard their work by nl.program_id run with this grid, ``kernel[lnc()](...)``, so that both
+    cores of the logical core work on them."""
+    return torch.neuron.get_device_properties().logical_nc_config
 
 
 # The other kernels of the lab, registered the same way. Each operator runs its kernels on the
@@ -60,8 +71,10 @@ def nki_mlp_fused(
     down_w: torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h = x + residual; returns (mlp(rmsnorm(h)), h): residual add, RMSNorm and MLP in one kernel."""
-    out, added = mlp_kernel(
+    """h = x + residual; returns (mlp(rmsnorm(h)), h): residual add, RMSNorm and MLP in one kernel
+    (decode on both cores of the logical core)."""
+    kernel = mlp_kernel[lnc()] if x.shape[1] == 1 else mlp_kernel
+    out, added = kernel(
         hidden_tensor=x,
         gate_proj_weights_tensor=gate_w,
         up_proj_weights_tensor=up_w,
@@ -104,9 +117,10 @@ def nki_qkv_rope(
     n_kv_heads: int,
     eps: float,
 ) -> torch.Tensor:
-    """RMSNorm + QKV projection + RoPE in one kernel: [n_heads + 2 n_kv_heads, B, S, D]."""
+    """RMSNorm + QKV projection + RoPE in one kernel: [n_heads + 2 n_kv_heads, B, S, D] (up to
+    128 tokens: the two cores of the logical core split the heads)."""
     d = q_w.shape[0] // n_heads
-    return qkv_kernel(
+    return qkv_kernel[lnc()](
         input=x,
         fused_qkv_weights=(q_w, k_w, v_w),
         output_layout=QKVOutputLayout.NBSd,

@@ -10,7 +10,7 @@ import statistics
 import tempfile
 import time
 
-from ._core import target
+from ._core import core, target
 from ._jit import Kernel, TracedKernel, _execute, jit
 
 
@@ -66,18 +66,13 @@ class KernelEstimate:
         self.platform = tgt.get("platform", "trn2")
         self.cores = max(1, int(tgt.get("lnc", 1)))
         progs = traced.programs
-        self.per_instance = []
-        for i, p in enumerate(progs):
-            tr = traces[i] if (traces is not None and p.dynamic) else None
-            self.per_instance.append(p.estimate(tr, max_events))
-        # Instances spread over the physical cores of the logical core, in waves.
-        core_time = [0.0] * self.cores
-        self.offsets = []
-        for i, e in enumerate(self.per_instance):
-            c = i % self.cores
-            self.offsets.append((c, core_time[c]))
-            core_time[c] += e.total_ns
-        self.total_ns = max(core_time) if self.per_instance else 0.0
+        # Instances run in waves on the physical cores of the logical core, at the same time
+        # within a wave, their timelines synchronised at core_barrier / sendrecv.
+        trs = [traces[i] if (traces is not None and p.dynamic) else None for i, p in enumerate(progs)]
+        est, starts = core().estimate_launch(list(progs), trs, self.cores, max_events)
+        self.per_instance = list(est)
+        self.offsets = [(i % self.cores, starts[i]) for i in range(len(progs))]
+        self.total_ns = max((starts[i] + e.total_ns for i, e in enumerate(est)), default=0.0)
         self.hbm_read_bytes = sum(e.hbm_read_bytes for e in self.per_instance)
         self.hbm_write_bytes = sum(e.hbm_write_bytes for e in self.per_instance)
         self.flops = sum(e.flops for e in self.per_instance)

@@ -329,7 +329,7 @@ class NkiTensor:
     with an int and cannot be moved by view operations.
     """
 
-    __slots__ = ("_b", "_base", "_bounds", "_mask", "_nblock", "_offset", "_reg", "_steps", "dtype", "shape")
+    __slots__ = ("_b", "_base", "_bounds", "_mask", "_nblock", "_offset", "_reg", "_steps", "_vec", "dtype", "shape")
 
     def __init__(self, b: _Buffer, shape, dtype, offset: int, steps, reg=None, base=False, nblock=0):
         self._b = b
@@ -348,6 +348,9 @@ class NkiTensor:
         # The index-grid mask of the old-style call that produced this tile (only the masked
         # elements were written): assigning or storing the tile copies only those.
         self._mask = None
+        # Indirect (vector_offset) access: (index tile [P, 1] in SBUF, element stride the index
+        # is scaled by). Only a DMA can use such a view; slicing it further is refused.
+        self._vec = None
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -399,6 +402,11 @@ class NkiTensor:
         )
 
     def _ap(self) -> tuple:
+        if self._vec is not None:
+            raise NotImplementedError(
+                f"an indirect view of '{self.name}' (ap(vector_offset=)) is an operand of nisa.dma_copy "
+                "only (gather/scatter DMA); this instruction cannot take it"
+            )
         if self._nblock:
             if any(n != 1 for n in self.shape[: self._nblock]):
                 raise ValueError(
@@ -420,7 +428,15 @@ class NkiTensor:
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
         return (self._b.id, self.dtype.code, self._offset, steps, shape, reg, scale)
 
+    def _no_indirect(self, what: str) -> None:
+        if self._vec is not None:
+            raise NotImplementedError(
+                f"{what} of an indirect view (ap(vector_offset=)) of '{self.name}': build the whole access "
+                "pattern in the .ap() call"
+            )
+
     def _view(self, shape, steps, offset=None, reg="keep", dtype=None, nblock=None) -> NkiTensor:
+        self._no_indirect("a view")
         if nblock is None:
             nblock = self._nblock if len(shape) == self.ndim else 0
         return NkiTensor(
@@ -447,6 +463,7 @@ class NkiTensor:
 
     # -- indexing ------------------------------------------------------------------------------
     def __getitem__(self, idx):
+        self._no_indirect("indexing")
         if not isinstance(idx, tuple):
             idx = (idx,)
         if any(isinstance(i, IndexExpr) for i in idx):
@@ -581,7 +598,22 @@ class NkiTensor:
         return [[s, n] for s, n in zip(self._steps, self.shape)]
 
     def is_indirect(self) -> bool:
-        return False
+        return self._vec is not None or self._reg is not None
+
+    def vector_select(self, dim: int, vector_offset: NkiTensor) -> NkiTensor:
+        """Per-partition gather/scatter view of an HBM tensor: partition p of the access reads
+        (or writes) index ``vector_offset[p]`` of dimension 0."""
+        if self._dim(dim) != 0:
+            raise ValueError("vector_select: dim must be 0")
+        pattern = [[self._steps[0], vector_offset.shape[0]]] + [[s, n] for s, n in zip(self._steps[1:], self.shape[1:])]
+        return self.ap(pattern, offset=self._offset, vector_offset=vector_offset, indirect_dim=0)
+
+    def indirect(self, index: NkiTensor, num_elem: int | None = None) -> NkiTensor:
+        raise NotImplementedError(
+            "NkiTensor.indirect() (Tensor Indirection for compute instructions) is a NeuronCore-v4 (trn3) "
+            "feature that neuron-emu does not model yet; for gather/scatter DMA use "
+            ".ap(pattern, vector_offset=idx, indirect_dim=0) with nisa.dma_copy"
+        )
 
     def permute(self, *dims) -> NkiTensor:
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
@@ -776,10 +808,9 @@ class NkiTensor:
         indirect_dim: int = 0,
         dtype=None,
     ):
-        if vector_offset is not None:
-            raise NotImplementedError(
-                "ap(vector_offset=...) (indirect per-partition offsets) is not supported by neuron-emu"
-            )
+        self._no_indirect("ap()")
+        if vector_offset is not None and scalar_offset is not None:
+            raise ValueError("ap: vector_offset and scalar_offset are mutually exclusive")
         b = self._b
         new_dt = dt.to_dtype(dtype) if dtype is not None else b.dtype
         pattern = [tuple(int(x) for x in p) for p in pattern]
@@ -800,7 +831,26 @@ class NkiTensor:
             st = pattern[indirect_dim][0]
             offset += e.bias * st
             reg = (e.reg, e.scale * st)
-        return NkiTensor(b, [p[1] for p in pattern], new_dt, offset, [p[0] for p in pattern], reg)
+        t = NkiTensor(b, [p[1] for p in pattern], new_dt, offset, [p[0] for p in pattern], reg)
+        if vector_offset is not None:
+            t._vec = (_index_vector(vector_offset, pattern[0][1]), self._indirect_stride(indirect_dim, new_dt))
+        return t
+
+    def _indirect_stride(self, indirect_dim: int, new_dt) -> int:
+        """The element stride (in `new_dt` elements) of dimension `indirect_dim` of this tensor:
+        what an indirect index is scaled by."""
+        if self.on_chip:
+            raise ValueError(
+                f"ap(vector_offset=): the indexed tensor '{self.name}' must be in HBM (indirect DMA gathers "
+                "from / scatters to device memory)"
+            )
+        if not 0 <= indirect_dim < max(1, self.ndim):
+            raise IndexError(f"ap: indirect_dim {indirect_dim} out of range for a tensor of shape {self.shape}")
+        st = self._steps[indirect_dim] if self.ndim else 1
+        num, den = self.dtype.itemsize, new_dt.itemsize
+        if (st * num) % den:
+            raise ValueError(f"ap: the stride of dimension {indirect_dim} does not convert to {new_dt}")
+        return st * num // den
 
     # -- old-style helpers ----------------------------------------------------------------------
     def broadcast_to(self, shape) -> NkiTensor:
@@ -969,6 +1019,22 @@ def new_tensor(
         b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
         tr.hbm.append(b.slot_info)
     return NkiTensor(b, shape, dtype, 0, _row_major(shape), base=True)
+
+
+def _index_vector(v, parts: int) -> NkiTensor:
+    """The [P, 1] SBUF tile of per-partition indices of an indirect access pattern."""
+    if not isinstance(v, NkiTensor) or not v.on_chip or v.buffer.name.lower() != "sbuf":
+        raise TypeError(f"ap: vector_offset must be an SBUF tensor of shape (P, 1) holding indices, got {v!r}")
+    if str(v.dtype) not in ("int32", "uint32", "int16", "uint16", "int8", "uint8"):
+        raise TypeError(f"ap: vector_offset holds integer indices, got dtype {v.dtype}")
+    if v.ndim == 1:
+        v = v._view((v.shape[0], 1), (v.strides[0], 1))
+    if v.ndim != 2 or v.shape[1] != 1 or v.shape[0] != parts:
+        raise ValueError(
+            f"ap: vector_offset has shape {v.shape}; it holds one index per entry of the pattern's first "
+            f"dimension: ({parts}, 1)"
+        )
+    return v
 
 
 def _register_from_tensor(t: NkiTensor) -> VirtualRegister:

@@ -70,6 +70,9 @@ class dma_engine(enum.Enum):
     gpsimd_dma = "gpsimd_dma"
 
 
+_DmaEngine = dma_engine  # sendrecv's parameter of the same name hides the class
+
+
 class NkiInstruction:
     """Handle of an emitted instruction (scheduling hints only: the emulator's schedule already
     honours every data dependency)."""
@@ -274,6 +277,11 @@ def dma_copy(
     Differing dtypes are converted through fp32."""
     if src is None:
         raise TypeError("dma_copy: src is required")
+    if getattr(src, "_vec", None) is not None or getattr(dst, "_vec", None) is not None:
+        if dst is None:
+            raise TypeError("dma_copy: an indirect (vector_offset) copy needs dst=")
+        _dma_indirect(dst, src, oob_mode)
+        return _result(dst, False)
     dst, alloc = _dst(dst, src.shape, kwargs.get("dtype") or src.dtype)
     emit(
         "DmaCopy",
@@ -282,6 +290,27 @@ def dma_copy(
         {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": False},
     )
     return _result(dst, alloc)
+
+
+class _DirectAp:
+    """An indirect view's access pattern with its first dimension's step zeroed: the executor adds
+    ``index[i] * scale`` elements for entry i instead."""
+
+    def __init__(self, t: NkiTensor):
+        self._t = NkiTensor(t._b, t.shape, t.dtype, t.offset, (0,) + tuple(t.strides[1:]))
+
+    def _ap(self):
+        return self._t._ap()
+
+
+def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
+    if src._vec is not None and dst._vec is not None:
+        raise NotImplementedError("dma_copy: only one of src and dst can be indirect (ap(vector_offset=))")
+    scatter = dst._vec is not None
+    ind = dst if scatter else src
+    index, scale = ind._vec
+    operands = {"dst": _DirectAp(dst) if scatter else dst, "src": src if scatter else _DirectAp(src), "index": index}
+    emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
 
 
 @_old_style("src", tensors=("src",))
@@ -984,14 +1013,50 @@ def register_store(dst: NkiTensor, src: VirtualRegister) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The NeuronCores of a logical core (LNC=2, ``kernel[2](...)``): the instances of a launch run
+# at the same time, one per physical core, and meet here (rank = the instance's core,
+# ``nl.program_id(0)`` within the logical core).
+
+
+def core_barrier(data: NkiTensor, cores=(0, 1), engine=engine.gpsimd, name=None) -> None:
+    """Waits until every core of `cores` has reached this barrier (the n-th barrier of a core
+    meets the n-th of the others); `data` is the shared HBM tensor the cores synchronize on:
+    its writes before the barrier are visible to every core after it."""
+    ranks = [int(c) for c in (cores if isinstance(cores, (tuple, list)) else (cores,))]
+    if not ranks or any(not 0 <= c < 2 for c in ranks):
+        raise ValueError(f"core_barrier: cores {tuple(ranks)} must name cores 0 and/or 1 of the logical core")
+    if not isinstance(data, NkiTensor):
+        raise TypeError(f"core_barrier: data must be an HBM tensor, got {type(data).__name__}")
+    emit("CoreBarrier", _engine(engine, "gpsimd"), {"data": data}, {"cores": sum(1 << c for c in set(ranks))})
+
+
+def sendrecv(src: NkiTensor, dst: NkiTensor, send_to_rank, recv_from_rank, pipe_id=0, dma_engine=dma_engine.dma,
+             name=None) -> None:
+    """Sends `src` to the `dst` of core `send_to_rank` while receiving the `src` of core
+    `recv_from_rank` into `dst` (SBUF or HBM tiles of the same shape and dtype on both cores);
+    the n-th sendrecv of a core on `pipe_id` pairs with the n-th of its peer."""
+    if not isinstance(src, NkiTensor) or not isinstance(dst, NkiTensor):
+        raise TypeError("sendrecv: src and dst must be tiles (SBUF or HBM tensors)")
+    emit(
+        "SendRecv",
+        "dma",
+        {"dst": dst, "src": src},
+        {
+            "send_to_rank": int(send_to_rank),
+            "recv_from_rank": int(recv_from_rank),
+            "pipe_id": int(pipe_id),
+            "dma_engine": 1 if dma_engine == _DmaEngine.gpsimd_dma else 0,
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Instructions neuron-emu does not model yet: they exist, and calling one raises an error that
 # names it (and, for NeuronCore-v4 instructions on an older target, the target), never an
 # AttributeError and never a silently wrong result.
 
 _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
 _NOT_MODELED = {
-    "sendrecv": "exchange between the NeuronCores of a logical core",
-    "core_barrier": "synchronization between the NeuronCores of a logical core",
     "rng": "random numbers",
     "rand2": "random numbers",
     "dropout": "random numbers",

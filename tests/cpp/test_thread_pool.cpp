@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -149,4 +150,33 @@ TEST(ThreadPool, ConcurrentCallersDoNotDeadlock) {
   }
   for (auto& c : callers) c.join();
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(ThreadPool, RunConcurrentlyRunsEveryPartAtTheSameTime) {
+  // Each part waits until all have started: only possible if they run at the same time.
+  constexpr int kParts = 4;
+  std::atomic<int> started{0};
+  std::atomic<int> nested_inline{0};
+  neuron::rt::run_concurrently(kParts, [&](int) {
+    started.fetch_add(1);
+    while (started.load() < kParts) std::this_thread::yield();
+    // A parallel_for inside a part runs on the part's own thread (no oversubscription).
+    const auto self = std::this_thread::get_id();
+    neuron::rt::parallel_for(0, 1000, 1, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == self) nested_inline.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(started.load(), kParts);
+  EXPECT_EQ(nested_inline.load(), kParts);
+}
+
+TEST(ThreadPool, RunConcurrentlyRethrowsTheLowestFailingPart) {
+  try {
+    neuron::rt::run_concurrently(3, [](int i) {
+      if (i >= 1) throw std::runtime_error("part " + std::to_string(i));
+    });
+    FAIL() << "expected an exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "part 1");
+  }
 }

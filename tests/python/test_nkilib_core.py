@@ -195,7 +195,8 @@ def test_mlp_skip_gate_and_activations(act):
 
 @pytest.mark.parametrize("S", [1, 200])
 def test_mlp_grid_of_two(S):
-    """mlp[2] (LNC=2): TKG splits the down-projection columns, CTE the token blocks."""
+    """mlp[2] (LNC=2): TKG splits the intermediate dimension (partial sums exchanged), CTE the
+    token blocks."""
     x = rnd(1, S, 512, dtype=torch.bfloat16)
     ref_w, w = _mlp_weights(512, 1024, torch.bfloat16)
     close(mlp[2](hidden_tensor=x, **w)[0], mlp_torch_ref(hidden_tensor=x, **ref_w)["out"], torch.bfloat16)

@@ -23,7 +23,7 @@ from ..utils.tile_ops import (
     tok_to_hT,
     weight_dims,
 )
-from .mlp_tkg import MlpWeights, down_tok, gate_up_act
+from .mlp_tkg import MlpWeights, down_tok, down_tok_lnc2, gate_up_act
 
 TKG_BS_SEQLEN_THRESHOLD = 96  # B*S at or below this runs the TKG path
 CTE_TOKEN_BLOCK = 512  # tokens per gate/up pass in CTE (the matmul moving free size)
@@ -93,8 +93,10 @@ def mlp(
         use_tkg_*: tiling hints, accepted for compatibility.
 
     Paths: TKG (B*S <= 96) keeps the whole token batch in one tile; CTE processes blocks of
-    512 tokens. With a launch grid (``mlp[2](...)``, LNC=2) the TKG path splits the output
-    columns of the down projection and the CTE path the token blocks between the programs.
+    512 tokens. With a launch grid (``mlp[2](...)``, LNC=2) the TKG path splits the
+    intermediate dimension between the two cores (gate/up on their half of the columns, the
+    down projection on its half of the rows, partial sums exchanged with nisa.sendrecv: each
+    core reads half of every weight) and the CTE path the token blocks.
 
     Returns: [out] or [out, fused_add_out], HBM tensors [B, S, H].
     """
@@ -203,10 +205,16 @@ def mlp(
         if norm:
             gT = load_vec_T(gamma, H, nl.float32, name="gammaT") if gamma is not None else None
             xT = rmsnorm_hT(xT, H, T, gT, eps, cdt)
-        actT = gate_up_act(xT, T, w, **act_kwargs)
-        h0, h1 = shard_range(H, n_prgs, prg_id, P)
-        if h1 > h0:
-            down_tok(actT, T, w, o2, h0, h1, down_proj_bias_tensor, odt)
+        if n_prgs == 1:
+            actT = gate_up_act(xT, T, w, **act_kwargs)
+            down_tok(actT, T, w, o2, 0, H, down_proj_bias_tensor, odt)
+            return outputs
+        # LNC=2: each core computes gate/up for its half of the intermediate columns and the
+        # down projection's partial sums over that half (reading half of every weight); the
+        # partial sums are combined across the cores.
+        i0, i1 = shard_range(I, n_prgs, prg_id, P)
+        actT = gate_up_act(xT, T, w, i0=i0, i1=i1, **act_kwargs)
+        down_tok_lnc2(actT, T, w, o2, i0, i1, prg_id, down_proj_bias_tensor, odt)
         return outputs
 
     # CTE: blocks of up to 512 tokens for gate/up (the moving free size), 128-token tiles for

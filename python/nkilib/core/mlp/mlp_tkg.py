@@ -20,7 +20,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from ..utils.common_types import ActFnType, WeightLayout
-from ..utils.kernel_helpers import div_ceil
+from ..utils.kernel_helpers import div_ceil, shard_range
 from ..utils.tile_ops import (
     FMAX,
     P,
@@ -73,21 +73,28 @@ def gate_up_act(
     up_bias=None,
     gate_clamp=(None, None),
     up_clamp=(None, None),
+    i0: int = 0,
+    i1: int | None = None,
 ):
     """actT [128, KI, T] (w.dtype) = act(x @ W_gate + b_g) * (x @ W_up + b_u), transposed.
-    xT: hT [128, KH, T]. gate_clamp/up_clamp: (lower, upper) applied before the activation."""
+    xT: hT [128, KH, T]. gate_clamp/up_clamp: (lower, upper) applied before the activation.
+    [i0, i1) (i0 a multiple of 128): only these intermediate columns (one core's share at
+    LNC=2), in actT's tiles 0.. (only their weight columns are read)."""
     H, I, cdt = w.H, w.I, w.dtype
-    KI = div_ceil(I, P)
+    i1 = I if i1 is None else i1
+    KI = div_ceil(i1 - i0, P)
     op = act_op(activation_fn)
     actT = nl.ndarray((P, KI, T), cdt, buffer=nl.sbuf, name="actT")
     gbT = load_vec_T(gate_bias, I, nl.float32, name="gate_bias") if gate_bias is not None else None
     ubT = load_vec_T(up_bias, I, nl.float32, name="up_bias") if up_bias is not None else None
     plain_up = ubT is None and up_clamp == (None, None)
-    for blk in chunks(I, column_block(H, I, cdt.itemsize)):
-        uw = load_wT(w.up, w.layout, H, blk.start, blk.size, cdt, name="w_up")
-        gw = None if w.skip_gate else load_wT(w.gate, w.layout, H, blk.start, blk.size, cdt, name="w_gate")
+    for blk in chunks(i1 - i0, column_block(H, i1 - i0, cdt.itemsize)):
+        b0 = i0 + blk.start
+        uw = load_wT(w.up, w.layout, H, b0, blk.size, cdt, name="w_up")
+        gw = None if w.skip_gate else load_wT(w.gate, w.layout, H, b0, blk.size, cdt, name="w_gate")
         for it in chunks(blk.size):
-            c = (blk.start + it.start) // P
+            c = (blk.start + it.start) // P  # tile of actT
+            cb = (b0 + it.start) // P  # column tile of the biases
             sz = it.size
             pu = nl.ndarray((P, T), nl.float32, buffer=nl.psum, name="up_ps")
             proj_T(pu[0:sz, :], uw, it.start, sz, xT, H)
@@ -95,7 +102,7 @@ def gate_up_act(
             if not plain_up:
                 up = nl.ndarray((P, T), nl.float32, buffer=nl.sbuf, name="up")
                 if ubT is not None:
-                    nisa.tensor_scalar(dst=up[0:sz], data=pu[0:sz], op0=nl.add, operand0=ubT[0:sz, c : c + 1])
+                    nisa.tensor_scalar(dst=up[0:sz], data=pu[0:sz], op0=nl.add, operand0=ubT[0:sz, cb : cb + 1])
                 else:
                     nisa.tensor_copy(dst=up[0:sz], src=pu[0:sz])
                 _clamp(up[0:sz], *up_clamp)
@@ -108,33 +115,50 @@ def gate_up_act(
             if gate_clamp != (None, None):
                 g = nl.ndarray((P, T), nl.float32, buffer=nl.sbuf, name="gate")
                 if gbT is not None:
-                    nisa.tensor_scalar(dst=g[0:sz], data=pg[0:sz], op0=nl.add, operand0=gbT[0:sz, c : c + 1])
+                    nisa.tensor_scalar(dst=g[0:sz], data=pg[0:sz], op0=nl.add, operand0=gbT[0:sz, cb : cb + 1])
                 else:
                     nisa.tensor_copy(dst=g[0:sz], src=pg[0:sz])
                 _clamp(g[0:sz], *gate_clamp)
                 nisa.activation(dst=a[0:sz], op=op, data=g[0:sz])
             else:
-                bias = gbT[0:sz, c : c + 1] if gbT is not None else None
+                bias = gbT[0:sz, cb : cb + 1] if gbT is not None else None
                 nisa.activation(dst=a[0:sz], op=op, data=pg[0:sz], bias=bias)
             nisa.tensor_tensor(dst=actT[0:sz, c, :], data1=a[0:sz], data2=up[0:sz], op=nl.multiply)
     return actT
 
 
 def down_tok(
-    actT, T: int, w: MlpWeights, out2d, h0: int = 0, h1: int | None = None, down_bias=None, out_dtype=None
+    actT,
+    T: int,
+    w: MlpWeights,
+    out2d,
+    h0: int = 0,
+    h1: int | None = None,
+    down_bias=None,
+    out_dtype=None,
+    i0: int = 0,
+    i1: int | None = None,
+    partial=None,
 ):
     """out2d[:, h0:h1] (HBM [T, H]) = act @ W_down[:, h0:h1] (+ bias), token-major. T may exceed
-    128: every loaded weight block serves all 128-token sub-blocks."""
+    128: every loaded weight block serves all 128-token sub-blocks.
+    [i0, i1) (i0 a multiple of 128): only these rows of W_down (the intermediate columns in
+    actT's tiles 0..); with `partial` (SBUF fp32 [T, h1 - h0], T <= 128) the fp32 sums go
+    there instead (one core's partial sums at LNC=2; bias and store after the combine)."""
     H, I, cdt = w.H, w.I, w.dtype
     h1 = H if h1 is None else h1
-    odt = out_dtype or out2d.dtype
+    i1 = I if i1 is None else i1
+    rows = None if (i0, i1) == (0, I) else [(i0 + k.start, k.size) for k in chunks(i1 - i0)]
+    odt = out_dtype or (out2d.dtype if out2d is not None else nl.float32)
     tp = min(T, P)
     bias_b = (
-        load_row_broadcast(down_bias, H, tp, nl.float32, name="down_bias") if down_bias is not None else None
+        load_row_broadcast(down_bias, H, tp, nl.float32, name="down_bias")
+        if down_bias is not None and partial is None
+        else None
     )
-    for blk in chunks(h1 - h0, column_block(I, h1 - h0, cdt.itemsize, cap=4 * FMAX)):
+    for blk in chunks(h1 - h0, column_block(i1 - i0, h1 - h0, cdt.itemsize, cap=4 * FMAX)):
         b0 = h0 + blk.start
-        dw = load_wT(w.down, w.layout, I, b0, blk.size, cdt, name="w_down")
+        dw = load_wT(w.down, w.layout, I, b0, blk.size, cdt, name="w_down", rows=rows)
         for tb in chunks(T):
             ts = tb.size
             for ct in chunks(blk.size, FMAX):
@@ -144,12 +168,15 @@ def down_tok(
                         actT[0 : k.size, k.index, tb.start : tb.stop],
                         dw[0 : k.size, k.index, ct.start : ct.stop],
                     )
-                    for k in chunks(I)
+                    for k in chunks(i1 - i0)
                 ]
                 for i, (s, m) in enumerate(pairs):
                     nisa.nc_matmul(dst=ps[0:ts, 0 : ct.size], stationary=s, moving=m, accumulate=i > 0)
-                o = nl.ndarray((tp, FMAX), odt, buffer=nl.sbuf, name="down_out")
                 c0 = b0 + ct.start
+                if partial is not None:
+                    nisa.tensor_copy(dst=partial[0:ts, c0 - h0 : c0 - h0 + ct.size], src=ps[0:ts, 0 : ct.size])
+                    continue
+                o = nl.ndarray((tp, FMAX), odt, buffer=nl.sbuf, name="down_out")
                 if bias_b is not None:
                     nisa.tensor_tensor(
                         dst=o[0:ts, 0 : ct.size],
@@ -160,6 +187,39 @@ def down_tok(
                 else:
                     nisa.tensor_copy(dst=o[0:ts, 0 : ct.size], src=ps[0:ts, 0 : ct.size])
                 nisa.dma_copy(dst=out2d[tb.start : tb.stop, c0 : c0 + ct.size], src=o[0:ts, 0 : ct.size])
+
+
+def down_tok_lnc2(actT, T: int, w: MlpWeights, out2d, i0: int, i1: int, prg_id: int, down_bias=None, out_dtype=None):
+    """The down projection at LNC=2, each core holding actT for its intermediate columns
+    [i0, i1): its partial sums over those rows of W_down for all H columns (so each core reads
+    half of W_down), exchanged with the other core (sendrecv), added in rank order on both
+    cores (identical sums), and core r stores its half of the H columns."""
+    H = w.H
+    odt = out_dtype or out2d.dtype
+    part = nl.ndarray((T, H), nl.float32, buffer=nl.sbuf, name="down_partial")
+    if i1 > i0:
+        down_tok(actT, T, w, None, 0, H, i0=i0, i1=i1, partial=part)
+    else:
+        nisa.memset(dst=part, value=0.0)
+    h0, h1 = shard_range(H, 2, prg_id, P)
+    p0, p1 = shard_range(H, 2, 1 - prg_id, P)
+    other = nl.ndarray((T, H), nl.float32, buffer=nl.sbuf, name="down_partial_peer")
+    if h1 - h0 == p1 - p0:  # send the peer only the columns it stores
+        nisa.sendrecv(src=part[:, p0:p1], dst=other[:, h0:h1], send_to_rank=1 - prg_id, recv_from_rank=1 - prg_id,
+                      pipe_id=0)
+    else:
+        nisa.sendrecv(src=part, dst=other, send_to_rank=1 - prg_id, recv_from_rank=1 - prg_id, pipe_id=0)
+    if h1 <= h0:
+        return
+    lo, hi = (part, other) if prg_id == 0 else (other, part)
+    tot = nl.ndarray((T, h1 - h0), nl.float32, buffer=nl.sbuf, name="down_sum")
+    nisa.tensor_tensor(dst=tot, data1=lo[:, h0:h1], data2=hi[:, h0:h1], op=nl.add)
+    if down_bias is not None:
+        bias_b = load_row_broadcast(down_bias, H, T, nl.float32, name="down_bias")
+        nisa.tensor_tensor(dst=tot, data1=tot, data2=bias_b[:, h0:h1], op=nl.add)
+    o = nl.ndarray((T, h1 - h0), odt, buffer=nl.sbuf, name="down_out")
+    nisa.tensor_copy(dst=o, src=tot)
+    nisa.dma_copy(dst=out2d[:, h0:h1], src=o)
 
 
 def down_T(actT, T: int, w: MlpWeights, out_dtype, down_bias=None, name: str = "mlp_outT"):

@@ -9,7 +9,7 @@ import nki.language as nl
 
 from ..utils.common_types import NormType, QKVOutputLayout, QKVWeightLayout, QuantizationType, WeightLayout
 from ..utils.kernel_assert import kernel_assert
-from ..utils.kernel_helpers import get_verified_program_sharding_info
+from ..utils.kernel_helpers import get_verified_program_sharding_info, shard_range
 from ..utils.tile_ops import (
     FMAX,
     P,
@@ -169,8 +169,18 @@ def qkv(
     if fused_norm_type == NormType.RMS_NORM:
         gamma_b = load_row_broadcast(gamma_norm_weights, H, min(P, T), nl.float32, name="gamma")
     bias_b = load_row_broadcast(bias, I, min(P, T), nl.float32, name="bias") if bias is not None else None
+    # Columns of the fused output this program computes: all of them, each program taking its
+    # own 128-token tiles; at LNC=2 with a single tile (decode) the two cores split the heads
+    # instead, so that each reads half of the weights.
+    c_lo, c_hi = 0, I
+    split_heads = n_prgs > 1 and T <= P
+    if split_heads:
+        c_lo, c_hi = shard_range(I, n_prgs, prg_id, d_head or 1)
+        if c_hi <= c_lo:
+            return out
+    C = c_hi - c_lo
     for tt in chunks(T):
-        if tt.index % n_prgs != prg_id:
+        if not split_heads and tt.index % n_prgs != prg_id:
             continue
         t0, ts = tt.start, tt.size
         xs = nl.ndarray((ts, H), cdt, buffer=nl.sbuf, name="x")
@@ -187,19 +197,21 @@ def qkv(
             )
             xs = xn
         xT = tok_to_hT(xs, ts, H)
-        res = nl.ndarray((ts, I), nl.float32 if fused_rope else odt, buffer=nl.sbuf, name="qkv")
-        col = 0
+        res = nl.ndarray((ts, C), nl.float32 if fused_rope else odt, buffer=nl.sbuf, name="qkv")
+        col = 0  # first column of this weight in the fused output
         for w, (_, n) in zip(parts, dims):
-            for ct in chunks(n, FMAX):
-                wt = load_wT(w, weight_layout, H, ct.start, ct.size, cdt, name="w_qkv")
+            lo, hi = max(c_lo, col) - col, min(c_hi, col + n) - col  # its columns here
+            for ct in chunks(max(0, hi - lo), FMAX):
+                n0 = lo + ct.start
+                wt = load_wT(w, weight_layout, H, n0, ct.size, cdt, name="w_qkv")
                 ps = nl.ndarray((ts, FMAX), nl.float32, buffer=nl.psum, name="qkv_ps")
                 proj_tok(ps[:, 0 : ct.size], xT, wt, H)
-                c0 = col + ct.start
+                c0 = col + n0 - c_lo  # in res
                 if bias_b is not None:
                     nisa.tensor_tensor(
                         dst=res[:, c0 : c0 + ct.size],
                         data1=ps[:, 0 : ct.size],
-                        data2=bias_b[0:ts, c0 : c0 + ct.size],
+                        data2=bias_b[0:ts, c_lo + c0 : c_lo + c0 + ct.size],
                         op=nl.add,
                     )
                 else:
@@ -215,28 +227,24 @@ def qkv(
                 else:  # [S, d]: the same positions for every sequence
                     for r0 in range(t0, t0 + ts):
                         nisa.dma_copy(dst=dst[r0 - t0 : r0 - t0 + 1, :], src=tab[r0 % S : r0 % S + 1, :])
-            final = nl.ndarray((ts, I), odt, buffer=nl.sbuf, name="qkv_out_sb")
-            rope_tok(
-                final[:, 0 : (nq + nkv) * d_head],
-                res[:, 0 : (nq + nkv) * d_head],
-                cs,
-                sn,
-                ts,
-                nq + nkv,
-                d_head,
-            )
-            nisa.tensor_copy(dst=final[:, (nq + nkv) * d_head : I], src=res[:, (nq + nkv) * d_head : I])
+            final = nl.ndarray((ts, C), odt, buffer=nl.sbuf, name="qkv_out_sb")
+            r1 = max(0, min(c_hi, (nq + nkv) * d_head) - c_lo)  # the Q and K heads here
+            if r1:
+                rope_tok(final[:, 0:r1], res[:, 0:r1], cs, sn, ts, r1 // d_head, d_head)
+            if r1 < C:
+                nisa.tensor_copy(dst=final[:, r1:C], src=res[:, r1:C])
             res = final
         if output_layout == QKVOutputLayout.BSD:
-            nisa.dma_copy(dst=out.reshape((T, I))[t0 : t0 + ts, :], src=res)
+            nisa.dma_copy(dst=out.reshape((T, I))[t0 : t0 + ts, c_lo:c_hi], src=res)
         else:
-            nh = I // d_head
+            nh = C // d_head
+            h_lo, h_hi = c_lo // d_head, c_hi // d_head
             for b in range(t0 // S, (t0 + ts - 1) // S + 1):  # rows are (b, s), s fastest
                 r0, r1 = max(t0, b * S), min(t0 + ts, (b + 1) * S)
                 s0, s1 = r0 - b * S, r1 - b * S
                 if output_layout == QKVOutputLayout.NBSd:
-                    view = out[:, b, s0:s1, :].permute(1, 0, 2)
+                    view = out[h_lo:h_hi, b, s0:s1, :].permute(1, 0, 2)
                 else:
-                    view = out[:, b, :, s0:s1].permute(2, 0, 1)
+                    view = out[h_lo:h_hi, b, :, s0:s1].permute(2, 0, 1)
                 nisa.dma_copy(dst=view, src=res[r0 - t0 : r1 - t0, :].reshape((r1 - r0, nh, d_head)))
     return out
