@@ -379,6 +379,7 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       }
     }
     c.dyn.fill(0);
+    in.def().exec(c);
     ++executed;
     if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
     ++c.pc;
