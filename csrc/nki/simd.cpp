@@ -379,21 +379,28 @@ void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64
   table().gemv_f32(acc, coef, w, ks, js, K, n);
 }
 
+namespace {
+// Several coefficient rows against the same weights: the multi-row kernel reads the weights once
+// per group of rows where it applies, otherwise one GEMV per row.
+template <bool BF16>
+void gemv_rows(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+               int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX2
+  if (table().avx2 && js == (BF16 ? 2 : 4) && rows > 1)
+    return gemv_rows_many_avx2<BF16>(acc, lda, coef, rows, w, ks, K, n);
+#endif
+  for (int64_t r = 0; r < rows; ++r)
+    (BF16 ? gemv_bf16 : gemv_f32)(acc + r * lda, coef + r * K, w, ks, js, K, n);
+}
+}  // namespace
+
 void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
                     int64_t ks, int64_t js, int64_t K, int64_t n) {
-#ifdef NKI_SIMD_AVX2
-  if (table().avx2 && js == 2 && rows > 1)
-    return gemv_rows_many_avx2<true>(acc, lda, coef, rows, w, ks, K, n);
-#endif
-  for (int64_t r = 0; r < rows; ++r) gemv_bf16(acc + r * lda, coef + r * K, w, ks, js, K, n);
+  gemv_rows<true>(acc, lda, coef, rows, w, ks, js, K, n);
 }
 void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
                    int64_t ks, int64_t js, int64_t K, int64_t n) {
-#ifdef NKI_SIMD_AVX2
-  if (table().avx2 && js == 4 && rows > 1)
-    return gemv_rows_many_avx2<false>(acc, lda, coef, rows, w, ks, K, n);
-#endif
-  for (int64_t r = 0; r < rows; ++r) gemv_f32(acc + r * lda, coef + r * K, w, ks, js, K, n);
+  gemv_rows<false>(acc, lda, coef, rows, w, ks, js, K, n);
 }
 
 void axpy_f32(float* y, float a, const float* x, int64_t n) { table().f32(y, a, x, n); }

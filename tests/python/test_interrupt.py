@@ -17,7 +17,13 @@ import pytest
 from repo_paths import REPO
 
 SCRIPT = """
-import sys, time
+import signal, sys, time
+
+# Start as a program launched from an interactive shell does: SIGINT handled by Python and not
+# blocked. A test run started in the background (`make test &`, CI) ignores SIGINT, and ignored
+# signals are inherited, so Python would install no handler and Ctrl-C would do nothing.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 import nki, nki.language as nl, numpy as np
 
 mode = sys.argv[1]
