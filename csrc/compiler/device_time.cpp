@@ -95,7 +95,7 @@ ProgramTime estimate_program(const Program& prog, const nki::DeviceTimeParams& p
     st.kind = s.kind;
     st.work = step_work(s);
     if (s.kind == StepKind::Custom && s.text == nki_call::kTarget)
-      st.ns = p.kernel_boundary_ns + nki_call::estimate_ns(s.payload, p);
+      st.ns = p.nki_handoff_ns + nki_call::estimate_ns(s.payload, p);
     else
       st.ns = p.kernel_boundary_ns + nki::work_ns(st.work, p);
     t.total_ns += st.ns;

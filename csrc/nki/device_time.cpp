@@ -10,6 +10,7 @@ DeviceTimeParams DeviceTimeParams::for_target(int nc_version, int lnc,
   p.core = CostParams::for_version(nc_version);
   p.lnc = std::max(1, lnc);
   p.logical_cores_per_device = std::max(1, logical_cores_per_device);
+  p.nki_handoff_ns = p.core.dma_fixed_ns;  // the cross-engine semaphore latency ([BW])
   if (nc_version <= 2) p.neuronlink_bytes_per_ns = 768.0;  // NeuronLink-v2, 768 GB/s per chip
   return p;
 }

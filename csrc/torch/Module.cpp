@@ -217,6 +217,7 @@ PYBIND11_MODULE(_C, m) {
     d["eager_launch_ns"] = p.eager_launch_ns;
     d["neff_launch_ns"] = p.neff_launch_ns;
     d["kernel_boundary_ns"] = p.kernel_boundary_ns;
+    d["nki_handoff_ns"] = p.nki_handoff_ns;
     d["pcie_latency_ns"] = p.pcie_latency_ns;
     d["pcie_bytes_per_ns"] = p.pcie_bytes_per_ns;
     d["host_wake_ns"] = p.host_wake_ns;
