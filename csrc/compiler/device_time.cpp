@@ -83,6 +83,23 @@ nki::WorkCost step_work(const Step& s) {
   return w;
 }
 
+// (input, output) pairs of a custom step that the program placed in the same memory.
+std::vector<std::pair<int32_t, int32_t>> aliased_outputs(const Step& s) {
+  std::vector<std::pair<int32_t, int32_t>> r;
+  if (s.ints.empty()) return r;
+  const size_t n_in = static_cast<size_t>(s.ints[0]);
+  const auto same = [](const TensorDesc& a, const TensorDesc& b) {
+    return a.space == b.space && a.index == b.index && a.byte_offset == b.byte_offset &&
+           a.offset == b.offset && a.dtype == b.dtype && a.sizes == b.sizes &&
+           a.strides == b.strides;
+  };
+  for (size_t i = 0; i < n_in && i < s.tensors.size(); ++i)
+    for (size_t j = n_in; j < s.tensors.size(); ++j)
+      if (same(s.tensors[i], s.tensors[j]))
+        r.emplace_back(static_cast<int32_t>(i), static_cast<int32_t>(j - n_in));
+  return r;
+}
+
 }  // namespace
 
 ProgramTime estimate_program(const Program& prog, const nki::DeviceTimeParams& p) {
@@ -95,7 +112,7 @@ ProgramTime estimate_program(const Program& prog, const nki::DeviceTimeParams& p
     st.kind = s.kind;
     st.work = step_work(s);
     if (s.kind == StepKind::Custom && s.text == nki_call::kTarget)
-      st.ns = p.nki_handoff_ns + nki_call::estimate_ns(s.payload, p);
+      st.ns = p.nki_handoff_ns + nki_call::estimate_ns(s.payload, p, aliased_outputs(s));
     else
       st.ns = p.kernel_boundary_ns + nki::work_ns(st.work, p);
     t.total_ns += st.ns;

@@ -71,12 +71,14 @@ bool returned(const Graph& g, const UseInfo& uses, int v) {
 }
 
 // A mutation whose value is one scatter into the input, or a chain of them, x -> s1 -> ... -> sk
-// (each s_j = index_put/scatter/slice_scatter of s_{j-1}; a stacked KV cache updated layer by
-// layer), runs in place when every reader of each version runs before the scatter that makes
-// the next one: each scatter then writes the input buffer and every version lives there.
+// (each s_j = index_put/scatter/slice_scatter of s_{j-1}, or the output of a custom op - an NKI
+// op - that declares it a new version of its input s_{j-1}; a stacked KV cache updated layer by
+// layer), runs in place when every reader of each version runs before the node that makes
+// the next one: each node then writes the input buffer and every version lives there.
 bool inplace_scatter_chain(const Graph& g, const UseInfo& uses, const Mutation& m, Plan& p) {
   const int in_v = g.inputs[static_cast<size_t>(m.input_index)];
-  std::vector<int> chain;  // producers, last first
+  std::vector<int> chain;     // producers, last first
+  std::vector<int> versions;  // the version each of them makes
   int v = m.value;
   while (v != in_v) {
     const int prod = uses.producer[static_cast<size_t>(v)];
@@ -84,26 +86,36 @@ bool inplace_scatter_chain(const Graph& g, const UseInfo& uses, const Mutation& 
     const Node& n = g.nodes[static_cast<size_t>(prod)];
     const bool scatter_like =
         n.op == Op::index_put || n.op == Op::scatter || n.op == Op::slice_scatter;
-    if (!scatter_like || n.inputs.empty()) return false;
+    int base = -1;
+    if (scatter_like && !n.inputs.empty()) {
+      if (n.outputs.empty() || n.outputs[0] != v) return false;
+      base = n.inputs[0];
+    } else if (n.op == Op::custom && n.attrs.has("inplace")) {
+      const std::vector<int64_t>& ip = n.attrs.ints("inplace");
+      for (size_t j = 0; j < n.outputs.size() && j < ip.size(); ++j)
+        if (n.outputs[j] == v && ip[j] >= 0 && ip[j] < static_cast<int64_t>(n.inputs.size()))
+          base = n.inputs[static_cast<size_t>(ip[j])];
+    }
+    if (base < 0) return false;
     // The version must be a plain intermediate: not returned, not placed anywhere yet, and
-    // only read after this scatter through the chain.
+    // only read after this node through the chain.
     if (v != m.value && (uses.output_uses[static_cast<size_t>(v)] > 0 || p.loc[static_cast<size_t>(v)].set))
       return false;
-    const int base = n.inputs[0];
     if (std::count(n.inputs.begin(), n.inputs.end(), base) != 1) return false;
     if (base == in_v && returned(g, uses, in_v)) return false;
     if (g.type(base) != g.type(v)) return false;
     for (int r : readers(g, uses, base))
       if (r != prod && r > prod) return false;
     chain.push_back(prod);
+    versions.push_back(v);
     v = base;
   }
   const Location& last = p.loc[static_cast<size_t>(m.value)];
   if (last.set && last.space != Space::Output) return false;
   if (last.set) p.output_copy[static_cast<size_t>(last.index)] = m.value;
-  for (int prod : chain) {
-    p.inplace[static_cast<size_t>(prod)] = true;
-    const int out = g.nodes[static_cast<size_t>(prod)].outputs[0];
+  for (size_t i = 0; i < chain.size(); ++i) {
+    p.inplace[static_cast<size_t>(chain[i])] = true;
+    const int out = versions[i];
     p.loc[static_cast<size_t>(out)] = Location{Space::Input, m.input_index, 0, g.strides_of(in_v), true};
   }
   ++p.inplace_mutations;

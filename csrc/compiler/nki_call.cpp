@@ -1,5 +1,6 @@
 #include "nki_call.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -538,8 +539,21 @@ void run(const std::vector<kernels::TensorRef>& inputs,
   for (size_t k : copy_out) kernels::copy(staged[k].node, staged[k].dense);
 }
 
-double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& dp) {
+double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& dp,
+                   const std::vector<std::pair<int32_t, int32_t>>& aliased) {
   const std::shared_ptr<const Prepared> prep = prepare(payload);
+  const std::vector<Root>& roots = prep->plan.roots;
+  // A copy from input i to output j in the same memory (in place), view for view.
+  const auto in_place = [&](const Op& o) {
+    const Root& d = roots[static_cast<size_t>(o.dst.root)];
+    const Root& s = roots[static_cast<size_t>(o.src.root)];
+    if (d.kind != RootKind::Output || s.kind != RootKind::Input) return false;
+    if (o.dst.dtype != o.src.dtype || o.dst.offset != o.src.offset ||
+        o.dst.sizes != o.src.sizes || o.dst.strides != o.src.strides)
+      return false;
+    return std::find(aliased.begin(), aliased.end(), std::make_pair(s.index, d.index)) !=
+           aliased.end();
+  };
   double ns = 0;
   for (const Op& o : prep->plan.ops) {
     if (o.kind == OpKind::Launch) {
@@ -548,6 +562,7 @@ double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& dp) 
       ns += nki::nki_launch_ns(progs, dp.lnc);
       continue;
     }
+    if (o.kind == OpKind::Copy && in_place(o)) continue;
     int64_t n = 1;
     for (int64_t d : o.dst.sizes) n *= d;
     const double bytes = static_cast<double>(n) * static_cast<double>(kernels::element_size(o.dst.dtype));

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ir.h"
@@ -99,8 +100,12 @@ void run(const std::vector<kernels::TensorRef>& inputs,
          const std::vector<kernels::TensorRef>& outputs, const std::string& payload);
 
 // Estimated Trainium2 time of a plan (nki/device_time.h): every launch at its NKI cost-model
-// estimate, copies and fills at HBM bandwidth.
-double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& p);
+// estimate, copies and fills at HBM bandwidth. `aliased` lists (input, output) pairs of the
+// node that the compiled program placed in the same memory (an NKI op updating its argument
+// in place): a copy between the two with the same view moves nothing and costs nothing, as at
+// run time.
+double estimate_ns(const std::string& payload, const nki::DeviceTimeParams& p,
+                   const std::vector<std::pair<int32_t, int32_t>>& aliased = {});
 
 // Registers run() as the custom kernel "nki" (idempotent).
 void register_kernel();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "compiler/dense.h"
+#include "compiler/device_time.h"
 #include "compiler/error.h"
 #include "compiler/nki_call.h"
 #include "nki/error.h"
@@ -270,6 +271,73 @@ TEST(NkiCall, MutatedInputIsWrittenInPlace) {
   for (size_t i = 0; i < static_cast<size_t>(n); ++i)
     ASSERT_EQ(static_cast<float>(in[0].v[i]),
               static_cast<float>(keep[0].v[i]) + static_cast<float>(keep[1].v[i]));
+}
+
+// acc <- acc + x as an NKI plan: output 0 starts as a copy of input 0, then the kernel reads
+// and writes it.
+nc::Plan accumulate_plan(int64_t P, int64_t F) {
+  const int64_t n = P * F;
+  nc::Plan p;
+  p.op = "test::accumulate";
+  p.n_inputs = 2;
+  p.n_outputs = 1;
+  p.roots = {io_root(nc::RootKind::Input, 0, n, "acc"), io_root(nc::RootKind::Input, 1, n, "x"),
+             io_root(nc::RootKind::Output, 0, n, "new acc")};
+  p.programs = {add_program(P, F)};
+  nc::Op copy;
+  copy.kind = nc::OpKind::Copy;
+  copy.dst = nc::View{2, DType::Float32, 0, {n}, {1}};
+  copy.src = nc::View{0, DType::Float32, 0, {n}, {1}};
+  p.ops = {copy, launch(0, {{2, n * 4, true}, {1, n * 4, true}, {2, n * 4, false}})};
+  return p;
+}
+
+TEST(NkiCall, ChainOfNkiOpsMutatingOneInputRunsInPlaceAndItsCopiesCostNothing) {
+  nc::register_kernel();
+  const int64_t P = 64, F = 32, n = P * F;
+  // Two NKI ops update the same input one after the other (a KV cache written layer by layer
+  // by attention kernels): both write the input itself, and no copy is left at the end.
+  const std::string payload = nc::encode(accumulate_plan(P, F));
+  Graph g;
+  const TensorType t{DType::Float32, {P, F}};
+  const int acc = g.add_input(t);
+  const int x = g.add_input(t);
+  Attrs a;
+  a.set("target", std::string(nc::kTarget));
+  a.set("payload", payload);
+  a.set("inplace", std::vector<int64_t>{0});
+  const int v1 = g.add_typed(Op::custom, {acc, x}, a, {t})[0];
+  const int v2 = g.add_typed(Op::custom, {v1, x}, a, {t})[0];
+  g.mutations.push_back(Mutation{0, v2});
+  g.set_outputs({g.add1(Op::neg, {x})});
+  std::vector<HostTensor> in = {random_tensor(t, 7), random_tensor(t, 8)};
+  const std::vector<HostTensor> keep = in;
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  EXPECT_NE(c.plan.find("node #0 (custom) writes its input in place"), std::string::npos) << c.plan;
+  EXPECT_NE(c.plan.find("node #1 (custom) writes its input in place"), std::string::npos) << c.plan;
+  for (const Step& s : c.program.steps)
+    EXPECT_EQ(s.name.find("mutation of input"), std::string::npos) << describe(c.program);
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+    ASSERT_EQ(static_cast<float>(in[0].v[i]),
+              (static_cast<float>(keep[0].v[i]) + static_cast<float>(keep[1].v[i])) +
+                  static_cast<float>(keep[1].v[i]));
+  // The estimate: each NKI step is its hand-off plus its launch; the copy of the input into
+  // the output is free because both are the same memory (without that, n floats read and
+  // written at HBM bandwidth).
+  const nk::DeviceTimeParams dp = nk::DeviceTimeParams::for_target(3, 2, 4);
+  const ProgramTime pt = estimate_program(c.program, dp);
+  const double copy_ns = 2.0 * n * 4 / dp.hbm_bytes_per_ns();
+  const double with_copy = nc::estimate_ns(payload, dp);
+  const double aliased = nc::estimate_ns(payload, dp, {{0, 0}});
+  EXPECT_NEAR(with_copy - aliased, copy_ns, 1e-6);
+  int nki_steps = 0;
+  for (const StepTime& st : pt.steps) {
+    if (st.kind != StepKind::Custom) continue;
+    ++nki_steps;
+    EXPECT_DOUBLE_EQ(st.ns, dp.nki_handoff_ns + aliased);
+  }
+  EXPECT_EQ(nki_steps, 2);
 }
 
 TEST(NkiCall, NkiErrorsNameTheOpKernelAndSourceLine) {
