@@ -56,6 +56,11 @@ TEST(DeviceTime, EagerFallbackAndCollectiveFormulas) {
   EXPECT_DOUBLE_EQ(nki::collective_ns(nki::Collective::AllReduce, 1 << 20, 4, p),
                    6 * (p.collective_step_ns + (1 << 18) / 320.0));
   EXPECT_EQ(nki::collective_ns(nki::Collective::AllReduce, 1 << 20, 1, p), 0);
+  // An NKI kernel inside a program waits one cross-engine semaphore latency ([BW], the DMA
+  // fixed cost), not a kernel boundary.
+  EXPECT_DOUBLE_EQ(p.nki_handoff_ns, p.core.dma_fixed_ns);
+  EXPECT_DOUBLE_EQ(p.nki_handoff_ns, 1300.0);
+  EXPECT_LT(p.nki_handoff_ns, p.kernel_boundary_ns);
 }
 
 }  // namespace
