@@ -2,7 +2,8 @@
 // order, each a kernel boundary plus its roofline time (HBM bytes of its operands, matmul
 // FLOPs); fusion shows as fewer kernels and fewer HBM round trips. NKI ops inside a program
 // are costed by the NKI cost model after a semaphore hand-off (nki_handoff_ns), not a kernel
-// boundary: their DMA setup and latency are part of their NKI estimate. Constants: nki/device_time.h, docs/cost-model.md.
+// boundary: their DMA setup and latency are part of their NKI estimate.
+// Constants: nki/device_time.h, docs/cost-model.md.
 // Thread-safety: pure functions.
 #pragma once
 
