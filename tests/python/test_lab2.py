@@ -294,6 +294,50 @@ def test_core_model_under_aot_eager_matches_eager():
     torch.testing.assert_close(kc2.cpu(), kc.cpu(), rtol=0, atol=0)
 
 
+def test_core_decode_under_neuron_compile_updates_the_caches_in_place(monkeypatch):
+    """The six nkilib::attention ops of core's decode graph update the stacked KV caches in
+    place (a chain of in-place NKI ops, docs/compiler.md): the program ends without copying the
+    caches back, and its caches and logits equal eager mode's bit for bit."""
+    import torch._dynamo
+    from torch_neuronx import _C
+
+    exes = []
+    for fn in ("compile", "load_cached"):
+        real = getattr(_C._cc, fn)
+
+        def capture(*args, _real=real, **kwargs):
+            exe = _real(*args, **kwargs)
+            if exe is not None:
+                exes.append(exe)
+            return exe
+
+        monkeypatch.setattr(_C._cc, fn, capture)
+    _, model, cfg, dev = build("core", "tiny")
+    cos, sin = model.rope(dev, torch.float32)
+    prompt = torch.tensor([[t % cfg.vocab_size for t in PROMPT]], dtype=torch.int32, device=dev)
+    ppos = torch.arange(len(PROMPT), dtype=torch.int32, device=dev)
+    tok = torch.tensor([[5]], dtype=torch.int32, device=dev)
+    dpos = torch.tensor([len(PROMPT)], dtype=torch.int32, device=dev)
+    with torch.no_grad():
+        kc, vc = model.new_cache(1, dev, torch.bfloat16)
+        model(prompt, ppos, cos, sin, kc, vc)
+        eager = model(tok, dpos, cos, sin, kc, vc)
+        kc2, vc2 = model.new_cache(1, dev, torch.bfloat16)
+        torch._dynamo.reset()
+        step = torch.compile(model, backend="neuron")
+        step(prompt, ppos, cos, sin, kc2, vc2)
+        n_prefill = len(exes)
+        compiled = step(tok, dpos, cos, sin, kc2, vc2)
+    torch.testing.assert_close(compiled.cpu(), eager.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(kc2.cpu(), kc.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(vc2.cpu(), vc.cpu(), rtol=0, atol=0)
+    assert len(exes) == n_prefill + 1  # the decode graph
+    steps = exes[-1].estimate()["steps"]
+    names = [s[0] for s in steps]
+    assert sum(n.startswith("nkilib::attention") for n in names) == cfg.n_layers
+    assert not [n for n in names if n.startswith("mutation of input")], names
+
+
 # ---------------------------------------------------------------------------------------------
 # run.py
 
