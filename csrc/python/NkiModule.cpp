@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <cctype>
+#include <cstdlib>
 
 #include "Interrupt.h"
 #include "NkiRun.h"
@@ -168,6 +169,32 @@ void init_module(py::module_& m) {
   });
 
   m.def("isa_table", &isa_table);
+
+  // The environment a trace depends on besides its arguments, as one string: the topology
+  // variables default_target() reads plus the variables nki._jit consults before it takes a
+  // cached trace (named once with set_env_key_vars). The warm-call fast path of nki.jit keys
+  // its cache by it; it costs a few getenv calls, so that a changed variable retraces exactly
+  // as the full path does.
+  static std::vector<std::string> env_key_vars;
+  m.def(
+      "set_env_key_vars", [](const std::vector<std::string>& vars) { env_key_vars = vars; },
+      py::arg("vars"));
+  m.def("env_key", [] {
+    std::string key;
+    for (const auto& [k, v] : rt::read_topology_env()) {
+      key += k;
+      key += '=';
+      key += v;
+      key += '\0';
+    }
+    key += '\1';
+    for (const auto& k : env_key_vars) {
+      const char* v = std::getenv(k.c_str());
+      key += v != nullptr ? "=" + std::string(v) : std::string("-");
+      key += '\0';
+    }
+    return py::bytes(key);
+  });
 
   // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
   // the runtime.
