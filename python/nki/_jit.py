@@ -185,9 +185,25 @@ def _fast_part(v):
     return None
 
 
+class _NoType:  # stands for torch.Tensor until torch is imported
+    pass
+
+
+_torch_tensor: type = _NoType
+
+
 def _fast_key(grid, args, kwargs):
+    global _torch_tensor
+    tt = _torch_tensor
+    if tt is _NoType:
+        t = sys.modules.get("torch")
+        if t is not None:
+            tt = _torch_tensor = t.Tensor
     parts = [grid]
     for v in args:
+        if type(v) is tt:  # inline: the common case
+            parts.append((0, v.dtype, v.shape, v.stride(), v.device))
+            continue
         k = _fast_part(v)
         if k is None:
             return None
@@ -837,8 +853,18 @@ class _LaunchTemplate:
                     lst.append((2, len(self.private) - 1, n, name, is_input, scratch))
             self.slots.append(lst)
         self.consts = consts
+        self.native = None
+        native = _frameworks.launch_template(framework) if framework == "neuron" else None
+        if native is not None:
+            self.native = native(
+                traced.programs, self.slots, consts, self.shared, self.private, self.device_index, self.name
+            )
 
     def launch(self, traced: TracedKernel, tensors: list):
+        if self.native is not None:
+            want = _want_check(traced, None)
+            shared = self.native.launch(tensors, want, traced.device_check_state() if want else None)
+            return resolve_outputs(self.output, tensors, shared)
         empty = self.empty
         shared = [empty(shape, dtype=d) for shape, d in self.shared]
         private = [empty(n, dtype=self.scratch_dtype) for n in self.private]
