@@ -276,25 +276,38 @@ class Deps:
             g[1].append(name)
             g[2].append(v)
 
+        attrs: dict = {}  # (id(dict), name) -> (dict, name, attribute chains, expected values)
         for path, v, _f in self.values:
-            if len(path) == 2 and path[0] == "k" and path[1][0] == "g" and isinstance(func, types.FunctionType):
-                add(func.__globals__, path[1][1], v)
-            elif len(path) == 3 and path[0] == "m" and path[2][0] == "g":
+            if path[0] == "k" and isinstance(func, types.FunctionType):
+                g, steps = func.__globals__, path[1:]
+            elif path[0] == "m":
                 mod = sys.modules.get(path[1], _MISSING)
-                g = getattr(mod, "__dict__", None)
+                g, steps = getattr(mod, "__dict__", None), path[2:]
                 if not isinstance(g, dict):
                     return lambda: False
-                add(sys.modules, path[1], mod)  # the module itself, then its global
-                add(g, path[2][1], v)
+                add(sys.modules, path[1], mod)  # the module itself, then what is read off it
             else:
+                g, steps = None, ()
+            if g is None or not steps or steps[0][0] != "g" or any(st != "a" for st, _ in steps[1:]):
                 generic.append((path, v))
-        if not groups and not generic:
+            elif len(steps) == 1:
+                add(g, steps[0][1], v)
+            else:  # a global's attributes (enum members, config fields): one attrgetter per global
+                a = attrs.setdefault((id(g), steps[0][1]), (g, steps[0][1], [], []))
+                a[2].append(".".join(n for _, n in steps[1:]))
+                a[3].append(v)
+        if not groups and not generic and not attrs:
             return lambda: True
         items = []
         for d, names, vals in groups.values():
             if len(names) == 1:
                 names, vals = names * 2, vals * 2  # itemgetter of one name returns no tuple
             items.append((d, operator.itemgetter(*names), tuple(vals)))
+        attr_items = []
+        for d, name, chains, vals in attrs.values():
+            if len(chains) == 1:
+                chains, vals = chains * 2, vals * 2
+            attr_items.append((d, name, operator.attrgetter(*chains), tuple(vals)))
         is_ = operator.is_
 
         def check() -> bool:
@@ -302,7 +315,10 @@ class Deps:
                 for d, get, expected in items:
                     if not all(map(is_, get(d), expected)):
                         return False
-            except KeyError:
+                for d, name, get, expected in attr_items:
+                    if not all(map(is_, get(d[name]), expected)):
+                        return False
+            except Exception:  # noqa: BLE001 - a value that no longer resolves: ask the full check
                 return False
             for path, v in generic:
                 if resolve(path, func) is not v:

@@ -209,10 +209,13 @@ def _fast_key(grid, args, kwargs):
             return None
         parts.append(k)
     for name, v in kwargs.items():
+        parts.append(name)
+        if type(v) is tt:
+            parts.append((0, v.dtype, v.shape, v.stride(), v.device))
+            continue
         k = _fast_part(v)
         if k is None:
             return None
-        parts.append(name)
         parts.append(k)
     parts.append(_fast_env_key())
     return tuple(parts)
