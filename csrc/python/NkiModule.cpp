@@ -4,11 +4,14 @@
 // NKI errors into nki.NkiValidationError. Launches on neuron devices are torch_neuronx's
 // (csrc/torch/NkiLaunch.cpp, registered with nki when torch_neuronx loads). The tracer hands
 // over raw data pointers; only pybind11 and the layers below are used here.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <memory>
 
 #include "Interrupt.h"
 #include "NkiRun.h"
@@ -156,6 +159,84 @@ py::dict isa_table() {
   out["num_floats"] = nki::kNumFloats;
   return out;
 }
+
+class HostLaunchTemplate {
+ public:
+  HostLaunchTemplate(std::vector<std::shared_ptr<Program>> progs, const py::list& slots,
+                     std::vector<uintptr_t> consts, std::vector<int64_t> scratch)
+      : progs_(std::move(progs)), consts_(std::move(consts)), scratch_(std::move(scratch)) {
+    if (slots.size() != progs_.size()) throw std::invalid_argument("nki: one slot list per program");
+    for (const auto& inst : slots) {
+      std::vector<Slot> v;
+      for (const auto& item : inst.cast<py::list>()) {
+        auto t = item.cast<py::tuple>();
+        Slot sl;
+        sl.pool = t[0].cast<int>();
+        sl.index = t[1].cast<size_t>();
+        sl.b.bytes = t[2].cast<int64_t>();
+        sl.b.name = t[3].cast<std::string>();
+        sl.b.is_input = t[4].cast<bool>();
+        sl.b.scratch = t[5].cast<bool>();
+        if (sl.pool < 0 || sl.pool > 3 || (sl.pool == 2 && sl.index >= scratch_.size()) ||
+            (sl.pool == 3 && sl.index >= consts_.size()))
+          throw std::invalid_argument("nki: launch template slot out of range");
+        v.push_back(std::move(sl));
+      }
+      slots_.push_back(std::move(v));
+    }
+  }
+
+  void run(const py::list& args, const py::list& shared, bool check) {
+    auto addrs = [](const py::list& l) {
+      std::vector<uintptr_t> out;
+      out.reserve(l.size());
+      for (const auto& h : l) {
+        if (py::isinstance<py::array>(h))
+          out.push_back(reinterpret_cast<uintptr_t>(py::reinterpret_borrow<py::array>(h).data()));
+        else
+          out.push_back(h.cast<uintptr_t>());
+      }
+      return out;
+    };
+    const std::vector<uintptr_t> a = addrs(args), sh = addrs(shared);
+    std::vector<std::unique_ptr<uint8_t[]>> scratch;
+    scratch.reserve(scratch_.size());
+    for (int64_t n : scratch_) scratch.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+    std::vector<std::vector<PyBinding>> binds;
+    binds.reserve(slots_.size());
+    for (const auto& inst : slots_) {
+      std::vector<PyBinding> v;
+      v.reserve(inst.size());
+      for (const Slot& sl : inst) {
+        PyBinding b = sl.b;
+        const std::vector<uintptr_t>* pool = sl.pool == 0 ? &a : sl.pool == 1 ? &sh : nullptr;
+        if (pool != nullptr) {
+          if (sl.index >= pool->size()) throw std::invalid_argument("nki: launch template buffer missing");
+          b.ptr = (*pool)[sl.index];
+        } else if (sl.pool == 2) {
+          b.ptr = reinterpret_cast<uintptr_t>(scratch[sl.index].get());
+        } else {
+          b.ptr = consts_[sl.index];
+        }
+        v.push_back(std::move(b));
+      }
+      binds.push_back(std::move(v));
+    }
+    py::gil_scoped_release nogil;
+    run_all(progs_, binds, check, false, 0);
+  }
+
+ private:
+  struct Slot {
+    int pool = 0;
+    size_t index = 0;
+    PyBinding b;
+  };
+  std::vector<std::shared_ptr<Program>> progs_;
+  std::vector<uintptr_t> consts_;
+  std::vector<int64_t> scratch_;
+  std::vector<std::vector<Slot>> slots_;
+};
 
 void init_module(py::module_& m) {
   m.doc() = "The NeuronCore model behind the nki package (no torch)";
@@ -401,6 +482,18 @@ void init_module(py::module_& m) {
       },
       py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
       py::arg("max_iterations") = 0);
+
+  // The warm-call fast path's host launch (numpy arrays, CPU tensors): built once per trace and
+  // call structure with each binding's role, size and name (slots: per instance, (pool, index,
+  // bytes, name, is_input, scratch); pool 0 = argument, 1 = shared output, 2 = scratch buffer,
+  // 3 = constant address) and the scratch sizes; run(args, shared, check) takes each argument
+  // and output as an address (int) or a numpy array (its data pointer, read here: no copy and
+  // no ctypes object), allocates the scratch buffers and runs synchronously.
+  py::class_<HostLaunchTemplate>(m, "HostLaunchTemplate")
+      .def(py::init<std::vector<std::shared_ptr<Program>>, const py::list&, std::vector<uintptr_t>,
+                    std::vector<int64_t>>(),
+           py::arg("programs"), py::arg("slots"), py::arg("consts"), py::arg("scratch"))
+      .def("run", &HostLaunchTemplate::run, py::arg("args"), py::arg("shared"), py::arg("check"));
 
   py::class_<CheckState, std::shared_ptr<CheckState>>(m, "CheckState")
       .def(py::init<>())

@@ -151,6 +151,7 @@ def _map_tensors(v, fn):
 # then; it is taken only while the globals and closure values that trace read are still the same
 # objects (anything else goes the full path, which checks them by value and may retrace).
 
+_FAST_PATH = True  # off: every call takes the full path (benchmarks/nki_bench.py compares)
 _FAST_ENTRIES = 256  # call structures remembered per kernel
 _FAST_ENV_VARS = ("NEURON_PLATFORM_TARGET_OVERRIDE", "NKI_DISABLE_COMPILE_CACHE", "NKI_SIMULATOR")
 _FAST_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
@@ -412,7 +413,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if _tracer.active() is not None:  # a sub-kernel called while tracing: inline it
             return self.func(*args, **kwargs)
-        key = _fast_key(self.grid, args, kwargs)
+        key = _fast_key(self.grid, args, kwargs) if _FAST_PATH else None
         if key is not None:
             entry = self._shared["fast"].get(key)
             if entry is not None and not _deps._required.get() and entry.valid():
@@ -856,12 +857,17 @@ class _LaunchTemplate:
                     lst.append((2, len(self.private) - 1, n, name, is_input, scratch))
             self.slots.append(lst)
         self.consts = consts
-        self.native = None
-        native = _frameworks.launch_template(framework) if framework == "neuron" else None
-        if native is not None:
-            self.native = native(
-                traced.programs, self.slots, consts, self.shared, self.private, self.device_index, self.name
-            )
+        self.native = self.host = None
+        if framework == "neuron":
+            native = _frameworks.launch_template(framework)
+            if native is not None:
+                self.native = native(
+                    traced.programs, self.slots, consts, self.shared, self.private, self.device_index, self.name
+                )
+        else:
+            host = getattr(core(), "HostLaunchTemplate", None)
+            if host is not None:
+                self.host = host(traced.programs, self.slots, consts, self.private)
 
     def launch(self, traced: TracedKernel, tensors: list):
         if self.native is not None:
@@ -869,6 +875,16 @@ class _LaunchTemplate:
             shared = self.native.launch(tensors, want, traced.device_check_state() if want else None)
             return resolve_outputs(self.output, tensors, shared)
         empty = self.empty
+        if self.host is not None:
+            shared = [empty(shape, dtype=d) for shape, d in self.shared]
+            want = _want_check(traced, None)
+            if self.framework == "numpy":
+                self.host.run(tensors, shared, want)  # the arrays' data pointers are read natively
+            else:
+                self.host.run([t.data_ptr() for t in tensors], [t.data_ptr() for t in shared], want)
+            if want:
+                traced._checked = True
+            return resolve_outputs(self.output, tensors, shared)
         shared = [empty(shape, dtype=d) for shape, d in self.shared]
         private = [empty(n, dtype=self.scratch_dtype) for n in self.private]
         if self.framework == "numpy":
