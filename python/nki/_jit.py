@@ -496,6 +496,9 @@ class Kernel:
         if order is None:
             return
         fast = self._shared["fast"]
+        old = fast.get(key)
+        if old is not None and old.traced is traced:
+            return  # its values are equal, not identical, to the recorded ones: keep the full path
         if len(fast) >= _FAST_ENTRIES:
             fast.clear()
         fast[key] = _FastEntry(self.func, traced, framework, device, order)
