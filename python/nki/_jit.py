@@ -174,7 +174,7 @@ def _fast_part(v):
         return (tp, v)
     t = sys.modules.get("torch")
     if t is not None:
-        if tp is t.Tensor:
+        if tp is t.Tensor or tp is t.nn.Parameter:  # weights (nn.Linear.weight) are Parameters
             return (0, v.dtype, v.shape, v.stride(), v.device)
         if tp is t.dtype:
             return (tp, v)

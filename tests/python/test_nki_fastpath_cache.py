@@ -32,6 +32,15 @@ def _fresh(func):
     return nki.jit(func.func)
 
 
+def _no_full_path(k):
+    """Makes the full argument path of `k` fail: later calls must take the fast path."""
+
+    def fail(*a, **kw):
+        raise AssertionError("the call took the full path")
+
+    k._specialize = fail
+
+
 def _warm(k, *args, **kwargs):
     """Three calls: the first traces, the second fills the fast path, the third takes it."""
     for _ in range(3):
@@ -54,6 +63,10 @@ def test_fast_path_hits_and_binds_arguments_in_order(where):
     info = k.cache_info()
     assert info["traces"] == 1 and info["memory_hits"] == 2
     assert len(k._shared["fast"]) == 1
+    full = k._specialize
+    _no_full_path(k)
+    np.testing.assert_array_equal(conv(k(a, b)), ref)
+    k._specialize = full
     # Swapped arguments, keywords in either order: the same trace, bound by name.
     np.testing.assert_array_equal(conv(_warm(k, b, a)), -ref)
     np.testing.assert_array_equal(conv(_warm(k, b=b, a=a)), ref)
@@ -291,3 +304,14 @@ def test_written_non_contiguous_input_is_copied_back_on_warm_calls():
     for i in range(3):
         inc(tb[:, ::2])
     assert (tb[:, ::2].cpu() == 3).all() and (tb[:, 1::2].cpu() == 0).all()
+
+
+def test_parameters_take_the_fast_path_like_tensors():
+    k = _fresh(sub)
+    w = torch.nn.Parameter(torch.arange(8.0).reshape(2, 4).to(NEURON))
+    x = torch.ones(2, 4, device=NEURON)
+    _warm(k, w, x)
+    _no_full_path(k)
+    out = k(w, x)
+    torch.testing.assert_close(out.cpu(), torch.arange(8.0).reshape(2, 4) - 1, rtol=0, atol=0)
+    assert not out.requires_grad
