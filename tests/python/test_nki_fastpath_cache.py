@@ -315,3 +315,9 @@ def test_parameters_take_the_fast_path_like_tensors():
     out = k(w, x)
     torch.testing.assert_close(out.cpu(), torch.arange(8.0).reshape(2, 4) - 1, rtol=0, atol=0)
     assert not out.requires_grad
+
+
+def test_grid_kernels_are_made_once_per_grid():
+    k = _fresh(sub)
+    assert k[2] is k[2] and k[(2,)] is k[2] and k[2] is not k[3] and k[2][4] is k[4]
+    assert k[2].grid == (2,) and k[2].cache_info() == k.cache_info()
