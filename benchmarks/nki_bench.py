@@ -202,11 +202,13 @@ def print_overhead(over: dict) -> None:
     print(
         f"Per call: 3-instruction kernel on neuron tensors {over['add3_neuron_seconds'] * 1e6:.1f} us, "
         f"eager add + sync {over['eager_add_sync_seconds'] * 1e6:.1f} us -> {over['add3_vs_eager']:.2f}x "
-        f"(full argument path {over['add3_full_path_seconds'] * 1e6:.1f} us -> {over['add3_full_path_vs_eager']:.2f}x)"
+        f"(full argument path {over['add3_full_path_seconds'] * 1e6:.1f} us -> "
+        f"{over['add3_full_path_vs_eager']:.2f}x)"
     )
     print(
         f"  on numpy arrays {over['add3_numpy_seconds'] * 1e6:.1f} us (full path "
-        f"{over['add3_numpy_full_path_seconds'] * 1e6:.1f} us; numpy a + b {over['numpy_add_seconds'] * 1e6:.1f} us)"
+        f"{over['add3_numpy_full_path_seconds'] * 1e6:.1f} us; "
+        f"numpy a + b {over['numpy_add_seconds'] * 1e6:.1f} us)"
     )
     print(
         f"Decode MLP (nkilib mlp, 1 token, H=512 I=2048 bf16): {over['decode_mlp_seconds'] * 1e3:.2f} ms; "

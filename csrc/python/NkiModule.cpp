@@ -160,33 +160,15 @@ py::dict isa_table() {
   return out;
 }
 
+// The warm-call host launch of nki.jit (numpy arrays, CPU tensors); see init_module.
+// Immutable after construction.
 class HostLaunchTemplate {
  public:
   HostLaunchTemplate(std::vector<std::shared_ptr<Program>> progs, const py::list& slots,
                      std::vector<uintptr_t> consts, std::vector<int64_t> scratch)
-      : progs_(std::move(progs)), consts_(std::move(consts)), scratch_(std::move(scratch)) {
-    if (slots.size() != progs_.size()) throw std::invalid_argument("nki: one slot list per program");
-    for (const auto& inst : slots) {
-      std::vector<Slot> v;
-      for (const auto& item : inst.cast<py::list>()) {
-        auto t = item.cast<py::tuple>();
-        Slot sl;
-        sl.pool = t[0].cast<int>();
-        sl.index = t[1].cast<size_t>();
-        sl.b.bytes = t[2].cast<int64_t>();
-        sl.b.name = t[3].cast<std::string>();
-        sl.b.is_input = t[4].cast<bool>();
-        sl.b.scratch = t[5].cast<bool>();
-        if (sl.pool < 0 || sl.pool > 3 || (sl.pool == 2 && sl.index >= scratch_.size()) ||
-            (sl.pool == 3 && sl.index >= consts_.size()))
-          throw std::invalid_argument("nki: launch template slot out of range");
-        v.push_back(std::move(sl));
-      }
-      slots_.push_back(std::move(v));
-    }
-  }
+      : progs_(std::move(progs)), tpl_(slots, progs_.size(), std::move(consts), std::move(scratch)) {}
 
-  void run(const py::list& args, const py::list& shared, bool check) {
+  void run(const py::list& args, const py::list& shared, bool check) const {
     auto addrs = [](const py::list& l) {
       std::vector<uintptr_t> out;
       out.reserve(l.size());
@@ -198,44 +180,48 @@ class HostLaunchTemplate {
       }
       return out;
     };
-    const std::vector<uintptr_t> a = addrs(args), sh = addrs(shared);
     std::vector<std::unique_ptr<uint8_t[]>> scratch;
-    scratch.reserve(scratch_.size());
-    for (int64_t n : scratch_) scratch.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n, 1))]);
-    std::vector<std::vector<PyBinding>> binds;
-    binds.reserve(slots_.size());
-    for (const auto& inst : slots_) {
-      std::vector<PyBinding> v;
-      v.reserve(inst.size());
-      for (const Slot& sl : inst) {
-        PyBinding b = sl.b;
-        const std::vector<uintptr_t>* pool = sl.pool == 0 ? &a : sl.pool == 1 ? &sh : nullptr;
-        if (pool != nullptr) {
-          if (sl.index >= pool->size()) throw std::invalid_argument("nki: launch template buffer missing");
-          b.ptr = (*pool)[sl.index];
-        } else if (sl.pool == 2) {
-          b.ptr = reinterpret_cast<uintptr_t>(scratch[sl.index].get());
-        } else {
-          b.ptr = consts_[sl.index];
-        }
-        v.push_back(std::move(b));
-      }
-      binds.push_back(std::move(v));
+    std::vector<uintptr_t> scratch_ptrs;
+    for (int64_t n : tpl_.scratch_bytes()) {
+      scratch.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+      scratch_ptrs.push_back(reinterpret_cast<uintptr_t>(scratch.back().get()));
     }
+    const auto binds = tpl_.bind(addrs(args), addrs(shared), scratch_ptrs);
     py::gil_scoped_release nogil;
     run_all(progs_, binds, check, false, 0);
   }
 
  private:
-  struct Slot {
-    int pool = 0;
-    size_t index = 0;
-    PyBinding b;
-  };
   std::vector<std::shared_ptr<Program>> progs_;
-  std::vector<uintptr_t> consts_;
-  std::vector<int64_t> scratch_;
-  std::vector<std::vector<Slot>> slots_;
+  BindingTemplate tpl_;
+};
+
+// The environment a trace depends on besides its arguments, as one bytes value: the topology
+// variables default_target() reads plus `extra` variables (the ones nki._jit consults before it
+// takes a cached trace). The warm-call fast path keys its cache by it: a few getenv calls, so
+// that a changed variable retraces exactly as the full path does. Immutable after construction.
+class EnvKey {
+ public:
+  explicit EnvKey(std::vector<std::string> extra) : extra_(std::move(extra)) {}
+  py::bytes operator()() const {
+    std::string key;
+    for (const auto& [k, v] : rt::read_topology_env()) {
+      key += k;
+      key += '=';
+      key += v;
+      key += '\0';
+    }
+    key += '\1';
+    for (const auto& k : extra_) {
+      const char* v = std::getenv(k.c_str());
+      key += v != nullptr ? "=" + std::string(v) : std::string("-");
+      key += '\0';
+    }
+    return py::bytes(key);
+  }
+
+ private:
+  std::vector<std::string> extra_;
 };
 
 void init_module(py::module_& m) {
@@ -251,31 +237,9 @@ void init_module(py::module_& m) {
 
   m.def("isa_table", &isa_table);
 
-  // The environment a trace depends on besides its arguments, as one string: the topology
-  // variables default_target() reads plus the variables nki._jit consults before it takes a
-  // cached trace (named once with set_env_key_vars). The warm-call fast path of nki.jit keys
-  // its cache by it; it costs a few getenv calls, so that a changed variable retraces exactly
-  // as the full path does.
-  static std::vector<std::string> env_key_vars;
-  m.def(
-      "set_env_key_vars", [](const std::vector<std::string>& vars) { env_key_vars = vars; },
-      py::arg("vars"));
-  m.def("env_key", [] {
-    std::string key;
-    for (const auto& [k, v] : rt::read_topology_env()) {
-      key += k;
-      key += '=';
-      key += v;
-      key += '\0';
-    }
-    key += '\1';
-    for (const auto& k : env_key_vars) {
-      const char* v = std::getenv(k.c_str());
-      key += v != nullptr ? "=" + std::string(v) : std::string("-");
-      key += '\0';
-    }
-    return py::bytes(key);
-  });
+  py::class_<EnvKey>(m, "EnvKey")
+      .def(py::init<std::vector<std::string>>(), py::arg("extra"))
+      .def("__call__", &EnvKey::operator());
 
   // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
   // the runtime.

@@ -63,6 +63,7 @@ double eager_nki_ns(const std::vector<std::shared_ptr<Program>>& progs) {
 // queues the task without building or converting Python binding lists.
 // slots: per instance, (pool, index, bytes, name, is_input, scratch) with pool 0 = argument
 // tensor, 1 = shared output, 2 = scratch buffer, 3 = constant (index into `consts`).
+// Immutable after construction; launch() needs the GIL (it is called from Python).
 class LaunchTemplate {
  public:
   LaunchTemplate(std::vector<std::shared_ptr<Program>> progs, const py::list& slots,
@@ -70,87 +71,45 @@ class LaunchTemplate {
                  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shared,
                  std::vector<int64_t> scratch, int device, const std::string& name)
       : progs_(std::move(progs)),
-        consts_(std::move(consts)),
+        tpl_(slots, progs_.size(), std::move(consts), std::move(scratch)),
         shared_(std::move(shared)),
-        scratch_(std::move(scratch)),
         device_(device),
         name_(rt::intern("nki::" + name)) {
-    if (slots.size() != progs_.size()) throw std::invalid_argument("nki: one slot list per program");
-    for (const auto& inst : slots) {
-      std::vector<Slot> v;
-      for (const auto& item : inst.cast<py::list>()) {
-        auto t = item.cast<py::tuple>();
-        Slot s;
-        s.pool = t[0].cast<int>();
-        s.index = t[1].cast<size_t>();
-        s.b.bytes = t[2].cast<int64_t>();
-        s.b.name = t[3].cast<std::string>();
-        s.b.is_input = t[4].cast<bool>();
-        s.b.scratch = t[5].cast<bool>();
-        if (s.pool < 0 || s.pool > 3 || (s.pool == 1 && s.index >= shared_.size()) ||
-            (s.pool == 2 && s.index >= scratch_.size()) || (s.pool == 3 && s.index >= consts_.size()))
-          throw std::invalid_argument("nki: launch template slot out of range");
-        v.push_back(std::move(s));
-      }
-      slots_.push_back(std::move(v));
-    }
     rt::Runtime::get().device(device_);  // validates the index
     est_ns_ = eager_nki_ns(progs_);
   }
 
   // Queues one launch on the current stream of the device; returns the shared outputs.
   std::vector<at::Tensor> launch(const std::vector<at::Tensor>& args, bool check,
-                                 std::shared_ptr<pyglue::CheckState> check_state) {
+                                 std::shared_ptr<pyglue::CheckState> check_state) const {
     const auto dev = c10::Device(torch_glue::kNeuron, static_cast<c10::DeviceIndex>(device_));
     std::vector<at::Tensor> shared, scratch;
-    shared.reserve(shared_.size());
-    for (const auto& [shape, dtype] : shared_)
+    std::vector<uintptr_t> arg_ptrs, shared_ptrs, scratch_ptrs;
+    for (const auto& t : args) arg_ptrs.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    for (const auto& [shape, dtype] : shared_) {
       shared.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(dev)));
-    scratch.reserve(scratch_.size());
-    for (int64_t n : scratch_)
-      scratch.push_back(at::empty({n}, at::TensorOptions().dtype(at::kByte).device(dev)));
-    std::vector<std::vector<pyglue::PyBinding>> binds;
-    binds.reserve(slots_.size());
-    for (const auto& inst : slots_) {
-      std::vector<pyglue::PyBinding> v;
-      v.reserve(inst.size());
-      for (const Slot& s : inst) {
-        pyglue::PyBinding b = s.b;
-        switch (s.pool) {
-          case 0:
-            if (s.index >= args.size()) throw std::invalid_argument("nki: launch template argument missing");
-            b.ptr = reinterpret_cast<uintptr_t>(args[s.index].data_ptr());
-            break;
-          case 1: b.ptr = reinterpret_cast<uintptr_t>(shared[s.index].data_ptr()); break;
-          case 2: b.ptr = reinterpret_cast<uintptr_t>(scratch[s.index].data_ptr()); break;
-          default: b.ptr = consts_[s.index]; break;
-        }
-        v.push_back(std::move(b));
-      }
-      binds.push_back(std::move(v));
+      shared_ptrs.push_back(reinterpret_cast<uintptr_t>(shared.back().data_ptr()));
     }
+    for (int64_t n : tpl_.scratch_bytes()) {
+      scratch.push_back(at::empty({n}, at::TensorOptions().dtype(at::kByte).device(dev)));
+      scratch_ptrs.push_back(reinterpret_cast<uintptr_t>(scratch.back().data_ptr()));
+    }
+    auto binds = tpl_.bind(arg_ptrs, shared_ptrs, scratch_ptrs);
     const int64_t max_iters = nki::max_loop_iterations_from_env();
     rt::Stream& stream = rt::current_stream(device_);
     stream.launch(name_, [progs = progs_, binds = std::move(binds), check, max_iters, check_state] {
       pyglue::run_all(progs, binds, check, false, max_iters);
       if (check && check_state) check_state->passed.store(true);
     }, est_ns_);
-    return shared;  // scratch is released here, as the Python launch releases its buffers
+    return shared;  // the scratch is released here, as the Python launch releases its buffers
   }
 
  private:
-  struct Slot {
-    int pool = 0;
-    size_t index = 0;
-    pyglue::PyBinding b;
-  };
   std::vector<std::shared_ptr<Program>> progs_;
-  std::vector<uintptr_t> consts_;
+  pyglue::BindingTemplate tpl_;
   std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shared_;
-  std::vector<int64_t> scratch_;
   int device_;
   const char* name_;
-  std::vector<std::vector<Slot>> slots_;
   double est_ns_ = 0;
 };
 

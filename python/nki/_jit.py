@@ -147,7 +147,7 @@ def _map_tensors(v, fn):
 # numpy.ndarray, at top level) and immutable scalars (None, bool, int, float, str, bytes, enum
 # members, dtypes) is keyed by its structure: the grid, the keyword names, per tensor its dtype,
 # shape, strides and device, per scalar its type and value, and the environment the trace and
-# target depend on (nki_native.env_key). A key seen before maps to the trace the full path chose
+# target depend on (nki._nki_native.EnvKey). A key seen before maps to the trace the full path chose
 # then; it is taken only while the globals and closure values that trace read are still the same
 # objects (anything else goes the full path, which checks them by value and may retrace).
 
@@ -161,9 +161,7 @@ _env_key = None
 def _fast_env_key() -> bytes:
     global _env_key
     if _env_key is None:
-        c = core()
-        c.set_env_key_vars(list(_FAST_ENV_VARS))
-        _env_key = c.env_key
+        _env_key = core().EnvKey(list(_FAST_ENV_VARS))
     return _env_key()
 
 
@@ -871,7 +869,8 @@ class _LaunchTemplate:
             native = _frameworks.launch_template(framework)
             if native is not None:
                 self.native = native(
-                    traced.programs, self.slots, consts, self.shared, self.private, self.device_index, self.name
+                    traced.programs, self.slots, consts, self.shared, self.private, self.device_index,
+                    self.name,
                 )
         else:
             host = getattr(core(), "HostLaunchTemplate", None)
