@@ -4,10 +4,14 @@
 // NKI errors into nki.NkiValidationError. Launches on neuron devices are torch_neuronx's
 // (csrc/torch/NkiLaunch.cpp, registered with nki when torch_neuronx loads). The tracer hands
 // over raw data pointers; only pybind11 and the layers below are used here.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <memory>
 
 #include "Interrupt.h"
 #include "NkiRun.h"
@@ -156,6 +160,70 @@ py::dict isa_table() {
   return out;
 }
 
+// The warm-call host launch of nki.jit (numpy arrays, CPU tensors); see init_module.
+// Immutable after construction.
+class HostLaunchTemplate {
+ public:
+  HostLaunchTemplate(std::vector<std::shared_ptr<Program>> progs, const py::list& slots,
+                     std::vector<uintptr_t> consts, std::vector<int64_t> scratch)
+      : progs_(std::move(progs)), tpl_(slots, progs_.size(), std::move(consts), std::move(scratch)) {}
+
+  void run(const py::list& args, const py::list& shared, bool check) const {
+    auto addrs = [](const py::list& l) {
+      std::vector<uintptr_t> out;
+      out.reserve(l.size());
+      for (const auto& h : l) {
+        if (py::isinstance<py::array>(h))
+          out.push_back(reinterpret_cast<uintptr_t>(py::reinterpret_borrow<py::array>(h).data()));
+        else
+          out.push_back(h.cast<uintptr_t>());
+      }
+      return out;
+    };
+    std::vector<std::unique_ptr<uint8_t[]>> scratch;
+    std::vector<uintptr_t> scratch_ptrs;
+    for (int64_t n : tpl_.scratch_bytes()) {
+      scratch.emplace_back(new uint8_t[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+      scratch_ptrs.push_back(reinterpret_cast<uintptr_t>(scratch.back().get()));
+    }
+    const auto binds = tpl_.bind(addrs(args), addrs(shared), scratch_ptrs);
+    py::gil_scoped_release nogil;
+    run_all(progs_, binds, check, false, 0);
+  }
+
+ private:
+  std::vector<std::shared_ptr<Program>> progs_;
+  BindingTemplate tpl_;
+};
+
+// The environment a trace depends on besides its arguments, as one bytes value: the topology
+// variables default_target() reads plus `extra` variables (the ones nki._jit consults before it
+// takes a cached trace). The warm-call fast path keys its cache by it: a few getenv calls, so
+// that a changed variable retraces exactly as the full path does. Immutable after construction.
+class EnvKey {
+ public:
+  explicit EnvKey(std::vector<std::string> extra) : extra_(std::move(extra)) {}
+  py::bytes operator()() const {
+    std::string key;
+    for (const auto& [k, v] : rt::read_topology_env()) {
+      key += k;
+      key += '=';
+      key += v;
+      key += '\0';
+    }
+    key += '\1';
+    for (const auto& k : extra_) {
+      const char* v = std::getenv(k.c_str());
+      key += v != nullptr ? "=" + std::string(v) : std::string("-");
+      key += '\0';
+    }
+    return py::bytes(key);
+  }
+
+ private:
+  std::vector<std::string> extra_;
+};
+
 void init_module(py::module_& m) {
   m.doc() = "The NeuronCore model behind the nki package (no torch)";
   install_interrupt_poll();  // Ctrl-C stops a kernel running on the host
@@ -168,6 +236,10 @@ void init_module(py::module_& m) {
   });
 
   m.def("isa_table", &isa_table);
+
+  py::class_<EnvKey>(m, "EnvKey")
+      .def(py::init<std::vector<std::string>>(), py::arg("extra"))
+      .def("__call__", &EnvKey::operator());
 
   // The machine of the configured instance profile (NEURON_EMU_INSTANCE_TYPE), without starting
   // the runtime.
@@ -374,6 +446,18 @@ void init_module(py::module_& m) {
       },
       py::arg("programs"), py::arg("bindings"), py::arg("check"), py::arg("record") = false,
       py::arg("max_iterations") = 0);
+
+  // The warm-call fast path's host launch (numpy arrays, CPU tensors): built once per trace and
+  // call structure with each binding's role, size and name (slots: per instance, (pool, index,
+  // bytes, name, is_input, scratch); pool 0 = argument, 1 = shared output, 2 = scratch buffer,
+  // 3 = constant address) and the scratch sizes; run(args, shared, check) takes each argument
+  // and output as an address (int) or a numpy array (its data pointer, read here: no copy and
+  // no ctypes object), allocates the scratch buffers and runs synchronously.
+  py::class_<HostLaunchTemplate>(m, "HostLaunchTemplate")
+      .def(py::init<std::vector<std::shared_ptr<Program>>, const py::list&, std::vector<uintptr_t>,
+                    std::vector<int64_t>>(),
+           py::arg("programs"), py::arg("slots"), py::arg("consts"), py::arg("scratch"))
+      .def("run", &HostLaunchTemplate::run, py::arg("args"), py::arg("shared"), py::arg("check"));
 
   py::class_<CheckState, std::shared_ptr<CheckState>>(m, "CheckState")
       .def(py::init<>())

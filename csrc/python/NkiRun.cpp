@@ -27,6 +27,51 @@ std::vector<std::vector<PyBinding>> to_bindings(const py::list& per_instance, si
   return out;
 }
 
+BindingTemplate::BindingTemplate(const py::list& slots, size_t num_programs, std::vector<uintptr_t> consts,
+                                 std::vector<int64_t> scratch)
+    : consts_(std::move(consts)), scratch_(std::move(scratch)) {
+  if (slots.size() != num_programs) throw std::invalid_argument("nki: one slot list per program");
+  for (const auto& inst : slots) {
+    std::vector<Slot> v;
+    for (const auto& item : inst.cast<py::list>()) {
+      auto t = item.cast<py::tuple>();
+      Slot s;
+      s.pool = t[0].cast<int>();
+      s.index = t[1].cast<size_t>();
+      s.b.bytes = t[2].cast<int64_t>();
+      s.b.name = t[3].cast<std::string>();
+      s.b.is_input = t[4].cast<bool>();
+      s.b.scratch = t[5].cast<bool>();
+      if (s.pool < 0 || s.pool > 3 || (s.pool == 2 && s.index >= scratch_.size()) ||
+          (s.pool == 3 && s.index >= consts_.size()))
+        throw std::invalid_argument("nki: launch template slot out of range");
+      v.push_back(std::move(s));
+    }
+    slots_.push_back(std::move(v));
+  }
+}
+
+std::vector<std::vector<PyBinding>> BindingTemplate::bind(const std::vector<uintptr_t>& args,
+                                                          const std::vector<uintptr_t>& shared,
+                                                          const std::vector<uintptr_t>& scratch) const {
+  const std::vector<uintptr_t>* pools[4] = {&args, &shared, &scratch, &consts_};
+  std::vector<std::vector<PyBinding>> out;
+  out.reserve(slots_.size());
+  for (const auto& inst : slots_) {
+    std::vector<PyBinding> v;
+    v.reserve(inst.size());
+    for (const Slot& s : inst) {
+      const std::vector<uintptr_t>& pool = *pools[s.pool];
+      if (s.index >= pool.size()) throw std::invalid_argument("nki: launch template buffer missing");
+      PyBinding b = s.b;
+      b.ptr = pool[s.index];
+      v.push_back(std::move(b));
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 std::vector<std::shared_ptr<Trace>> run_all(
     const std::vector<std::shared_ptr<nki::Program>>& progs,
     const std::vector<std::vector<PyBinding>>& binds, bool check, bool record, int64_t max_iters) {

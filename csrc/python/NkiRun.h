@@ -45,6 +45,34 @@ struct CheckState {
 [[gnu::visibility("default")]] std::vector<std::vector<PyBinding>> to_bindings(const pybind11::list& per_instance,
                                                 size_t num_programs);
 
+// The binding lists of a launch worked out once (the warm-call launch templates of nki.jit):
+// each HBM slot's role, size and name; per call only the buffers' addresses are filled in.
+// slots: per instance, a list of (pool, index, bytes, name, is_input, is_scratch), pool 0 = an
+// argument, 1 = a shared output, 2 = a scratch buffer (index into `scratch` sizes), 3 = a
+// constant (index into `consts` addresses). Immutable after construction (bind() is const and
+// may run on any thread).
+class [[gnu::visibility("default")]] BindingTemplate {
+ public:
+  BindingTemplate(const pybind11::list& slots, size_t num_programs, std::vector<uintptr_t> consts,
+                  std::vector<int64_t> scratch);
+  const std::vector<int64_t>& scratch_bytes() const { return scratch_; }
+  // The binding lists for these argument, shared-output and scratch addresses (throws
+  // std::invalid_argument when a slot names a buffer that is not there).
+  std::vector<std::vector<PyBinding>> bind(const std::vector<uintptr_t>& args,
+                                           const std::vector<uintptr_t>& shared,
+                                           const std::vector<uintptr_t>& scratch) const;
+
+ private:
+  struct Slot {
+    int pool = 0;
+    size_t index = 0;
+    PyBinding b;
+  };
+  std::vector<std::vector<Slot>> slots_;
+  std::vector<uintptr_t> consts_;
+  std::vector<int64_t> scratch_;
+};
+
 // Runs every instance of a launch in order (nki/launch.h) and keeps what the cost model needs.
 // Does not touch Python objects (callable without the GIL). Throws nki::NkiError.
 std::vector<std::shared_ptr<Trace>> run_all(

@@ -5,11 +5,14 @@
 // nki._nki_native made (csrc/python: the NKI bindings without torch).
 #include "NkiLaunch.h"
 
+#include <ATen/ATen.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <mutex>
 #include <unordered_map>
 
+#include "Common.h"
 #include "DeviceTime.h"
 #include "nki/device_time.h"
 #include "nki/launch.h"
@@ -55,9 +58,73 @@ double eager_nki_ns(const std::vector<std::shared_ptr<Program>>& progs) {
   return ns;
 }
 
+// What nki._jit's launch template (the warm-call fast path) hands over once per trace and call
+// structure, so that a warm launch allocates the outputs and scratch, binds the addresses and
+// queues the task without building or converting Python binding lists.
+// slots: per instance, (pool, index, bytes, name, is_input, scratch) with pool 0 = argument
+// tensor, 1 = shared output, 2 = scratch buffer, 3 = constant (index into `consts`).
+// Immutable after construction; launch() needs the GIL (it is called from Python).
+class LaunchTemplate {
+ public:
+  LaunchTemplate(std::vector<std::shared_ptr<Program>> progs, const py::list& slots,
+                 std::vector<uintptr_t> consts,
+                 std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shared,
+                 std::vector<int64_t> scratch, int device, const std::string& name)
+      : progs_(std::move(progs)),
+        tpl_(slots, progs_.size(), std::move(consts), std::move(scratch)),
+        shared_(std::move(shared)),
+        device_(device),
+        name_(rt::intern("nki::" + name)) {
+    rt::Runtime::get().device(device_);  // validates the index
+    est_ns_ = eager_nki_ns(progs_);
+  }
+
+  // Queues one launch on the current stream of the device; returns the shared outputs.
+  std::vector<at::Tensor> launch(const std::vector<at::Tensor>& args, bool check,
+                                 std::shared_ptr<pyglue::CheckState> check_state) const {
+    const auto dev = c10::Device(torch_glue::kNeuron, static_cast<c10::DeviceIndex>(device_));
+    std::vector<at::Tensor> shared, scratch;
+    std::vector<uintptr_t> arg_ptrs, shared_ptrs, scratch_ptrs;
+    for (const auto& t : args) arg_ptrs.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    for (const auto& [shape, dtype] : shared_) {
+      shared.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(dev)));
+      shared_ptrs.push_back(reinterpret_cast<uintptr_t>(shared.back().data_ptr()));
+    }
+    for (int64_t n : tpl_.scratch_bytes()) {
+      scratch.push_back(at::empty({n}, at::TensorOptions().dtype(at::kByte).device(dev)));
+      scratch_ptrs.push_back(reinterpret_cast<uintptr_t>(scratch.back().data_ptr()));
+    }
+    auto binds = tpl_.bind(arg_ptrs, shared_ptrs, scratch_ptrs);
+    const int64_t max_iters = nki::max_loop_iterations_from_env();
+    rt::Stream& stream = rt::current_stream(device_);
+    stream.launch(name_, [progs = progs_, binds = std::move(binds), check, max_iters, check_state] {
+      pyglue::run_all(progs, binds, check, false, max_iters);
+      if (check && check_state) check_state->passed.store(true);
+    }, est_ns_);
+    return shared;  // the scratch is released here, as the Python launch releases its buffers
+  }
+
+ private:
+  std::vector<std::shared_ptr<Program>> progs_;
+  pyglue::BindingTemplate tpl_;
+  std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shared_;
+  int device_;
+  const char* name_;
+  double est_ns_ = 0;
+};
+
 }  // namespace
 
 void register_nki_launch(py::module_& m) {
+  py::class_<LaunchTemplate>(m, "_NkiLaunchTemplate")
+      .def(py::init<std::vector<std::shared_ptr<Program>>, const py::list&, std::vector<uintptr_t>,
+                    std::vector<std::pair<std::vector<int64_t>, at::ScalarType>>, std::vector<int64_t>,
+                    int, const std::string&>(),
+           py::arg("programs"), py::arg("slots"), py::arg("consts"), py::arg("shared"),
+           py::arg("scratch"), py::arg("device"), py::arg("name"))
+      .def("launch", &LaunchTemplate::launch, py::arg("args"), py::arg("check"),
+           py::arg("check_state") = nullptr);
+
   // Asynchronous execution on device memory: one task on the current stream of `device`.
   // `check_state` (optional) is marked passed when a checked run completes without error.
   m.def(

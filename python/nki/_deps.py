@@ -19,6 +19,7 @@ import enum
 import hashlib
 import json
 import logging
+import operator
 import os
 import sys
 import sysconfig
@@ -262,6 +263,69 @@ class Deps:
             except Unkeyable:
                 return False
         return True
+
+    def identity_check(self, func):
+        """A function of no arguments that is True while every recorded value is still the very
+        object the trace saw (a stricter test than valid_in_memory, made for warm calls: one
+        C-level lookup per value; a False means "ask valid_in_memory")."""
+        groups: dict = {}  # id(dict) -> (dict, names, expected values)
+        generic = []
+
+        def add(d, name, v):
+            g = groups.setdefault(id(d), (d, [], []))
+            g[1].append(name)
+            g[2].append(v)
+
+        attrs: dict = {}  # (id(dict), name) -> (dict, name, attribute chains, expected values)
+        for path, v, _f in self.values:
+            if path[0] == "k" and isinstance(func, types.FunctionType):
+                g, steps = func.__globals__, path[1:]
+            elif path[0] == "m":
+                mod = sys.modules.get(path[1], _MISSING)
+                g, steps = getattr(mod, "__dict__", None), path[2:]
+                if not isinstance(g, dict):
+                    return lambda: False
+                add(sys.modules, path[1], mod)  # the module itself, then what is read off it
+            else:
+                g, steps = None, ()
+            if g is None or not steps or steps[0][0] != "g" or any(st != "a" for st, _ in steps[1:]):
+                generic.append((path, v))
+            elif len(steps) == 1:
+                add(g, steps[0][1], v)
+            else:  # a global's attributes (enum members, config fields): one attrgetter per global
+                a = attrs.setdefault((id(g), steps[0][1]), (g, steps[0][1], [], []))
+                a[2].append(".".join(n for _, n in steps[1:]))
+                a[3].append(v)
+        if not groups and not generic and not attrs:
+            return lambda: True
+        items = []
+        for d, names, vals in groups.values():
+            if len(names) == 1:
+                names, vals = names * 2, vals * 2  # itemgetter of one name returns no tuple
+            items.append((d, operator.itemgetter(*names), tuple(vals)))
+        attr_items = []
+        for d, name, chains, vals in attrs.values():
+            if len(chains) == 1:
+                chains, vals = chains * 2, vals * 2
+            attr_items.append((d, name, operator.attrgetter(*chains), tuple(vals)))
+        is_ = operator.is_
+
+        def check() -> bool:
+            try:
+                for d, get, expected in items:
+                    if not all(map(is_, get(d), expected)):
+                        return False
+                for d, name, get, expected in attr_items:
+                    if not all(map(is_, get(d[name]), expected)):
+                        return False
+            except Exception:  # noqa: BLE001 - a value that no longer resolves: ask the full check
+                return False
+            for path, v in generic:
+                if resolve(path, func) is not v:
+                    return False
+            return True
+
+        return check
 
     @classmethod
     def from_manifest(cls, manifest: dict, func) -> Deps:

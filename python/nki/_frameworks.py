@@ -9,7 +9,14 @@ kernels on its device tensors registers itself when it loads (torch_neuronx does
   ``launch(programs, bindings, device_index, name, check, max_iterations, check_state)`` queues
   the traced programs (nki._nki_native Programs) with the per-instance binding lists (device
   addresses) on the device's current stream; ``check_state`` (a nki._nki_native CheckState or
-  None) is marked passed when a checked run completed without error.
+  None) is marked passed when a checked run completed without error;
+* optionally a launch template class, which the warm-call fast path of nki.jit builds once per
+  trace and call structure: ``template(programs, slots, consts, shared, scratch, device, name)``
+  with per instance the slot list ``(pool, index, bytes, name, is_input, scratch)`` (pool 0 =
+  argument, 1 = shared output, 2 = scratch buffer, 3 = constant address), ``shared`` the
+  outputs' (shape, framework dtype), ``scratch`` the scratch buffers' byte sizes; its
+  ``launch(args, check, check_state)`` allocates the outputs and scratch, queues the launch like
+  the launcher, and returns the shared outputs.
 """
 
 from __future__ import annotations
@@ -20,9 +27,16 @@ from collections.abc import Callable
 from ._core import core
 
 _launchers: dict[str, Callable] = {}
+_templates: dict[str, Callable] = {}
 
 
-def register(device_type: str, *, package_dir: str | None = None, launch: Callable | None = None) -> None:
+def register(
+    device_type: str,
+    *,
+    package_dir: str | None = None,
+    launch: Callable | None = None,
+    launch_template: Callable | None = None,
+) -> None:
     """Registers a framework's device (``"neuron"``): its package directory and its launcher."""
     from . import _deps, _tracer
 
@@ -35,6 +49,8 @@ def register(device_type: str, *, package_dir: str | None = None, launch: Callab
         # translation of NKI errors (nki.NkiValidationError) covers the framework's calls too.
         core()
         _launchers[device_type] = launch
+    if launch_template is not None:
+        _templates[device_type] = launch_template
 
 
 def launcher(device_type: str) -> Callable:
@@ -46,3 +62,9 @@ def launcher(device_type: str) -> Callable:
             "(torch_neuronx registers the 'neuron' device when it is imported)"
         )
     return fn
+
+
+def launch_template(device_type: str) -> Callable | None:
+    """The launch template class registered for `device_type` (None: launch through the
+    launcher)."""
+    return _templates.get(device_type)

@@ -40,7 +40,10 @@ import nki as nki
 import nki._frameworks as _nki_frameworks
 
 _nki_frameworks.register(
-    "neuron", package_dir=_os.path.dirname(_os.path.abspath(__file__)), launch=_C._nki_launch
+    "neuron",
+    package_dir=_os.path.dirname(_os.path.abspath(__file__)),
+    launch=_C._nki_launch,
+    launch_template=_C._NkiLaunchTemplate,
 )
 
 from . import distributed, neuron
