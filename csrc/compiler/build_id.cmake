@@ -1,11 +1,29 @@
-# Writes build_id.h: a hash of every compiler source, part of every NEFF cache key, so a
-# rebuilt compiler never reuses NEFFs produced by different code.
-file(GLOB_RECURSE srcs ${SRC_DIR}/*.cpp ${SRC_DIR}/*.h ${SRC_DIR}/*.def)
+# Writes build_id.h: a hash of every source the compiler's output depends on, part of every NEFF
+# cache key, so a rebuilt compiler never reuses NEFFs produced by different code. A NEFF embeds
+# more than the compiler's own output: NKI programs in the NeuronCore model's serialized format
+# (csrc/nki) and steps that name kernels of csrc/kernels, all run by the runtime; SRC_DIRS lists
+# every such layer (a ';'-separated list of directories).
+set(srcs "")
+foreach(d ${SRC_DIRS})
+  file(GLOB_RECURSE s ${d}/*.cpp ${d}/*.h ${d}/*.def)
+  list(APPEND srcs ${s})
+endforeach()
 list(SORT srcs)
 set(acc "")
 foreach(f ${srcs})
   file(SHA256 ${f} h)
-  string(APPEND acc ${h})
+  # The path relative to its layer is part of the hash (a renamed file changes the id); the
+  # absolute path is not (two checkouts of the same sources share their NEFFs).
+  set(rel "")
+  foreach(d ${SRC_DIRS})
+    string(FIND "${f}" "${d}/" at)
+    if(at EQUAL 0)
+      get_filename_component(layer ${d} NAME)
+      file(RELATIVE_PATH rel ${d} ${f})
+      set(rel "${layer}/${rel}")
+    endif()
+  endforeach()
+  string(APPEND acc "${rel}:${h}\n")
 endforeach()
 string(SHA256 id "${acc}")
 string(SUBSTRING ${id} 0 16 id)

@@ -209,3 +209,34 @@ def test_directory_at_the_entry_path_recompiles(tmp_path):
     assert m["graphs_compiled"] == 1 and m["cache_corrupted"] == 1, m
     assert "is a directory" in err and "could not write the NEFF cache entry" in err, err[-2000:]
     assert os.path.isdir(os.path.join(neff, "inner"))
+
+
+def _build_id(dirs, tmp_path):
+    out = tmp_path / "build_id.h"
+    subprocess.run(["cmake", "-DSRC_DIRS=" + ";".join(str(d) for d in dirs), f"-DOUT={out}", "-P",
+                    os.path.join(REPO, "csrc", "compiler", "build_id.cmake")], check=True, capture_output=True)
+    return out.read_text().split('"')[1]
+
+
+def test_neff_build_id_covers_every_layer_a_neff_embeds(tmp_path):
+    """A NEFF embeds serialized NKI programs (csrc/nki) and names kernels and runtime features, so
+    the build id in every NEFF and frontend cache key hashes those layers too: a change to the
+    NKI program format must not let an older NEFF be loaded (it failed as "the plan binds N HBM
+    tensors"). Two checkouts of the same sources share one id."""
+    def tree(root, nki_text):
+        for layer, text in (("compiler", "int a;"), ("nki", nki_text), ("kernels", "int k;"), ("runtime", "int r;")):
+            (root / layer).mkdir(parents=True)
+            (root / layer / "x.cpp").write_text(text)
+        return [root / n for n in ("compiler", "nki", "kernels", "runtime")]
+
+    a = _build_id(tree(tmp_path / "a", "int program_format = 1;"), tmp_path)
+    b = _build_id(tree(tmp_path / "b", "int program_format = 1;"), tmp_path)
+    c = _build_id(tree(tmp_path / "c", "int program_format = 2;"), tmp_path)
+    assert a == b, "the id depends on where the checkout is"
+    assert a != c, "a change in csrc/nki does not change the NEFF build id"
+    (tmp_path / "b" / "nki" / "x.cpp").rename(tmp_path / "b" / "nki" / "y.cpp")
+    assert _build_id([tmp_path / "b" / n for n in ("compiler", "nki", "kernels", "runtime")], tmp_path) != a
+    # The build's own CMake rule passes all four layers.
+    cml = open(os.path.join(REPO, "csrc", "compiler", "CMakeLists.txt")).read()
+    for layer in ("csrc/nki", "csrc/kernels", "csrc/runtime"):
+        assert layer in cml.split("NEURON_CC_ID_DIRS", 1)[1].split(")", 1)[0], layer
