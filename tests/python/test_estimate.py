@@ -183,3 +183,25 @@ def test_profiling_prints_no_kineto_usdt_lines():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("ok")
     assert "USDT" not in r.stdout and "USDT" not in r.stderr
+
+
+def test_collectives_are_a_ring_over_neuronlink():
+    """torchrun with 2 ranks: an all_reduce of 4 MiB per rank is 2(n-1) ring steps of
+    bytes/n over one logical core's share of NeuronLink, each with the step latency; an
+    all_gather n-1 steps of its output / n, a reduce_scatter n-1 steps of its input / n (the
+    other tasks of the block, the group stream's hand-offs, cost nothing)."""
+    import os
+    import re
+
+    from dist_launch import torchrun
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = torchrun(os.path.join(here, "dist_scripts", "estimate_collectives.py"), here, nproc=2, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = re.findall(r"rank (\d) (\w+) tasks=(\d+) est_ns=([\d.]+) formula_ns=([\d.]+)", r.stdout)
+    ops = ("all_gather", "all_reduce", "reduce_scatter")
+    assert sorted((q, op) for q, op, *_ in rows) == [(q, op) for q in "01" for op in ops], r.stdout
+    for _, op, tasks, est, formula in rows:
+        assert int(tasks) >= 1, (op, r.stdout)
+        assert float(formula) > 2 * 1300  # the bytes term matters, not only the step latency
+        assert float(est) == pytest.approx(float(formula), abs=2), (op, est, formula)

@@ -403,9 +403,12 @@ rt::CollectiveDesc ProcessGroupNeuron::describe(const char* op, const std::vecto
 namespace {
 
 // Estimated Trainium2 time of a collective (nki/device_time.h): a ring over the group's
-// logical cores, sized by the larger of what a rank sends and receives.
-double collective_est_ns(c10d::OpType type, const std::vector<at::Tensor>& in,
-                         const std::vector<at::Tensor>& out, int ranks) {
+// logical cores, sized by what the model counts per rank for its kind: the output of
+// all-gather, the input of reduce-scatter and all-to-all, the buffer of all-reduce and
+// broadcast. `tensors` are all the tensors a call uses (its inputs and its outputs), `outputs`
+// those it writes; coalesced calls are named by `name`.
+double collective_est_ns(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+                         const std::vector<at::Tensor>& outputs, int ranks) {
   using C = nki::Collective;
   C kind = C::Broadcast;
   switch (type) {
@@ -434,13 +437,26 @@ double collective_est_ns(c10d::OpType type, const std::vector<at::Tensor>& in,
     case c10d::OpType::RECVANYSOURCE:
       kind = C::SendRecv;
       break;
+    case c10d::OpType::COALESCED: {
+      const std::string n = name;
+      if (n.find("all_gather") != std::string::npos) kind = C::AllGather;
+      else if (n.find("reduce_scatter") != std::string::npos) kind = C::ReduceScatter;
+      else if (n.find("allreduce") != std::string::npos || n.find("all_reduce") != std::string::npos) kind = C::AllReduce;
+      break;
+    }
     default:
       break;
   }
-  double bin = 0, bout = 0;
-  for (const at::Tensor& t : in) bin += tensor_bytes(t);
-  for (const at::Tensor& t : out) bout += tensor_bytes(t);
-  const double bytes = std::max(bin, bout);
+  double in_bytes = 0, out_bytes = 0;
+  for (const at::Tensor& o : outputs) out_bytes += tensor_bytes(o);
+  for (const at::Tensor& t : tensors) {
+    bool written = false;
+    for (const at::Tensor& o : outputs) written = written || t.is_same(o);
+    if (!written) in_bytes += tensor_bytes(t);
+  }
+  if (in_bytes == 0) in_bytes = out_bytes;  // in place (all-reduce, broadcast)
+  const bool sized_by_output = kind == C::AllGather || kind == C::AllReduce || kind == C::Broadcast;
+  const double bytes = sized_by_output ? out_bytes : in_bytes;
   return nki::collective_ns(kind, bytes, kind == C::SendRecv ? 2 : ranks, device_time_params());
 }
 
@@ -460,7 +476,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, con
       for (const at::Tensor& t : tensors)
         if (t.numel()) rt_device(device).allocator().record_stream(t.storage().data_ptr().get(), &stream);
     }
-    stream.launch(name, std::move(task), collective_est_ns(type, tensors, outputs, getSize()));
+    stream.launch(name, std::move(task), collective_est_ns(type, name, tensors, outputs, getSize()));
     auto done = std::make_shared<rt::Event>();
     done->record(stream);
     const bool blocking = type == c10d::OpType::BARRIER;
