@@ -6,7 +6,8 @@
 #
 #   tests/real_nki/run_nki_library.sh <nki-library checkout> [test files...]   (default: all)
 #
-# Writes one log per test file and summary.txt under $OUT (default build/real-nki/).
+# Writes one log per test file and summary.txt under $OUT (default build/real-nki/); the suite's
+# per-test artifacts are deleted after each file (they reach tens of GB).
 # The harness needs three things the public repository does not ship, written here:
 #   - nki_cpu_simulator: the simulator package its conftest imports; an alias of our nki;
 #   - test/utils/scripts/remote_lock_scripts.py and test/utils/perf_analysis_private.py,
@@ -80,6 +81,9 @@ if [ $# -eq 0 ]; then set -- $(git ls-files test/integration | grep '/test_.*\.p
 for f in "$@"; do
   log=$OUT/$(echo "$f" | tr / _).log
   PYTHONPATH=$SHIM:$REPO/python:$LIB/src:$DEPS TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
-    timeout "${TIMEOUT:-900}" "$PY" -m pytest -p no:cacheprovider -q --test-mode simulation "$f" > "$log" 2>&1 || true
+    timeout "${TIMEOUT:-900}" "$PY" -m pytest -p no:cacheprovider -q --test-mode simulation \
+    --output-directory "$OUT/artifacts" "$f" > "$log" 2>&1 || true
+  # The suite dumps every test's inputs and outputs (tens of GB for the whole suite): keep none.
+  rm -rf "$OUT/artifacts" "$LIB/neuron_test_output"
   echo "$f: $(tail -1 "$log")" | tee -a "$OUT/summary.txt"
 done
