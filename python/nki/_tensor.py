@@ -592,7 +592,11 @@ class NkiTensor:
 
     # -- view operations -------------------------------------------------------------------------
     def is_contiguous(self) -> bool:
-        return self._steps == _row_major(self.shape)
+        """Row-major without gaps; the step of a dimension of size 1 (it is never taken) and of
+        an empty view does not matter."""
+        if 0 in self.shape:
+            return True
+        return all(n == 1 or s == r for s, r, n in zip(self._steps, _row_major(self.shape), self.shape))
 
     def get_pattern(self) -> list:
         return [[s, n] for s, n in zip(self._steps, self.shape)]

@@ -421,6 +421,24 @@ def test_kernel_returns_a_reshaped_hbm_output():
         partial(x)
 
 
+def test_kernel_returns_a_reshape_that_merges_dims_around_a_size_one_dim():
+    """(8, 128, 4, 1, 5) returned as (1024, 4, 1, 5), as the public gen_mask_tkg does: a reshape
+    of the whole tensor, whatever step its size-1 dimension carries."""
+
+    @nki.jit
+    def tiles(x):
+        out = nl.ndarray((8, 128, 4, 1, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(8):
+            t = nl.load(x[i])
+            nisa.dma_copy(dst=out[i].reshape((128, 20)), src=t)
+        return out.reshape((1024, 4, 1, 5))
+
+    x = _rand(8, 128, 20)
+    got = tiles(x)
+    assert got.shape == (1024, 4, 1, 5)
+    np.testing.assert_array_equal(got, x.reshape(1024, 4, 1, 5))
+
+
 # ---------------------------------------------------------------------------------------------
 # Placement rules at the hardware's byte granularity
 
