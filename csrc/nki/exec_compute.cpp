@@ -908,6 +908,45 @@ void bn_aggr(Ctx& c, Views& w) {
   });
 }
 
+// nonzero_with_count: each GpSimd core (16 partitions) works on its partition 0 only.
+void nonzero_with_count(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::NonzeroWithCount>;
+  const FX f{c.in()};
+  View &d = w.v[FX::k<"dst">], &s = w.v[FX::k<"src">];
+  const int64_t T = s.free();
+  const int64_t off = f.i<"index_offset">(), pad = f.i<"padding_val">();
+  const bool ints = dt_is_int(s.dtype);
+  for_partitions(s.parts(), T, [&](int64_t p) {
+    if (p % 16 != 0) return;
+    Scratch& sc = scratch();
+    int64_t* o = sc.ib(0, T + 1);
+    int64_t n = 0;
+    if (ints) {
+      int64_t* xi = sc.ib(1, T);
+      load_row_i(s, p, xi);
+      for (int64_t i = 0; i < T; ++i)
+        if (xi[i] != 0) o[n++] = static_cast<int32_t>(i + off);
+    } else {
+      float* x = sc.fb(0, T);
+      load_row(s, p, x);
+      for (int64_t i = 0; i < T; ++i)
+        if (x[i] != 0.0f) o[n++] = static_cast<int32_t>(i + off);
+    }
+    std::fill(o + n, o + T, static_cast<int64_t>(static_cast<int32_t>(pad)));
+    o[T] = n;
+    store_row_i(d, p, o);
+    if (c.check) {
+      uint8_t* ds = sc.db(0, T);
+      load_def_row(s, p, ds);
+      uint8_t* od = sc.db(1, T + 1);
+      const bool ok = all_defined(ds, T);
+      std::fill(od, od + T + 1, static_cast<uint8_t>(ok));
+      if (!ok) c.note_undefined(FX::k<"src">);
+      store_def_row(d, p, od);
+    }
+  });
+}
+
 void max8(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t F = a.free();
@@ -998,4 +1037,5 @@ void BnAggr(Ctx& c) { run_views<bn_aggr>(c); }
 void Max8(Ctx& c) { run_views<max8>(c); }
 void TensorScalarCumulative(Ctx& c) { run_views<tensor_scalar_cumulative>(c); }
 void RangeSelect(Ctx& c) { run_views<range_select>(c); }
+void NonzeroWithCount(Ctx& c) { run_views<nonzero_with_count>(c); }
 }  // namespace neuron::nki::isa::exec

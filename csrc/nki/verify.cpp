@@ -576,6 +576,16 @@ void BnAggr(const Checker& c) {
            "bn_aggr writes mean and variance");
 }
 
+// nonzero_with_count: dst holds the T indices of a row plus the count.
+void NonzeroWithCount(const Checker& c) {
+  using FX = Fields<Op::NonzeroWithCount>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src">;
+  if (c.F(d) != c.F(s) + 1)
+    c.fail("dst has " + std::to_string(c.F(d)) + " elements per partition, src " +
+               std::to_string(c.F(s)),
+           "nonzero_with_count writes one more element per partition than src (the count)");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

@@ -1,0 +1,116 @@
+"""nisa.nonzero_with_count against a numpy reference, and its rules broken once each."""
+
+from __future__ import annotations
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+from nki import NkiValidationError
+
+
+def _reference(x: np.ndarray, offset: int, pad: int, before: np.ndarray) -> np.ndarray:
+    """Rows 0, 16, ..., 112 compacted; every other row keeps its previous contents."""
+    P, T = x.shape
+    out = before.copy()
+    for p in range(0, P, 16):
+        idx = np.flatnonzero(x[p]) + offset
+        row = np.full(T + 1, pad, np.int64)
+        row[: idx.size] = idx
+        row[T] = idx.size
+        out[p] = row.astype(np.int32)
+    return out
+
+
+@nki.jit
+def _nonzero_kernel(x, before, offset, pad):
+    P, T = x.shape
+    t = nl.ndarray((P, T), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    o = nl.ndarray((P, T + 1), nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=o, src=before)
+    nisa.nonzero_with_count(dst=o, src=t, index_offset=offset, padding_val=pad)
+    out = nl.ndarray((P, T + 1), nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=o)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("P,T,offset,pad", [(128, 64, 0, -1), (48, 37, 16, 7), (1, 8, 5, -3)])
+def test_nonzero_with_count_matches_numpy(dtype, P, T, offset, pad):
+    rng = np.random.default_rng(P * 1000 + T)
+    x = (rng.random((P, T)) < 0.3) * rng.integers(-5, 6, (P, T))
+    x[0, :] = 0  # an all-zero row: only padding and a count of 0
+    if P > 16:
+        x[16, :] = 1  # an all-nonzero row: no padding
+    x = x.astype(dtype)
+    if dtype == np.float32 and T > 3:
+        x[P - 1 - (P - 1) % 16, 3] = -0.0  # negative zero is zero
+    before = rng.integers(-100, 100, (P, T + 1)).astype(np.int32)
+    got = np.asarray(_nonzero_kernel(x, before, offset, pad))
+    np.testing.assert_array_equal(got, _reference(x, offset, pad, before))
+
+
+def test_nonzero_with_count_docs_example():
+    x = np.zeros((1, 8), np.float32)
+    x[0, [1, 2, 5]] = 1
+    got = np.asarray(_nonzero_kernel(x, np.zeros((1, 9), np.int32), 16, -1))
+    np.testing.assert_array_equal(got[0], [17, 18, 21, -1, -1, -1, -1, -1, 3])
+
+
+def test_nonzero_with_count_allocates_dst():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        o = nisa.nonzero_with_count(src=t)
+        out = nl.ndarray(o.shape, nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:1, :], src=o[0:1, :])
+        return out
+
+    x = np.array([[0, 3, 0, 4]], np.int32)
+    np.testing.assert_array_equal(np.asarray(k(x))[0], [1, 3, -1, -1, 2])
+
+
+def _bad_kernel(src_dtype, dst_dtype, extra, src_buffer=nl.sbuf):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((16, 8), src_dtype, buffer=src_buffer)
+        nisa.memset(dst=t, value=0)
+        o = nl.ndarray((16, 8 + extra), dst_dtype, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=o, src=t)
+        return x
+
+    return k
+
+
+@pytest.mark.parametrize(
+    "src_dtype,dst_dtype,extra,src_buffer,fragment",
+    [
+        (nl.float32, nl.int32, 0, nl.sbuf, "one more element per partition"),
+        (nl.float32, nl.int32, 2, nl.sbuf, "one more element per partition"),
+        (nl.bfloat16, nl.int32, 1, nl.sbuf, "float32 or int32"),
+        (nl.float32, nl.float32, 1, nl.sbuf, "int32 indices"),
+        (nl.float32, nl.int32, 1, nl.psum, "GpSimd Engine cannot access"),
+    ],
+)
+def test_nonzero_with_count_rules(src_dtype, dst_dtype, extra, src_buffer, fragment):
+    k = _bad_kernel(src_dtype, dst_dtype, extra, src_buffer)
+    with pytest.raises(NkiValidationError) as ei:
+        k(np.zeros((1, 1), np.float32))
+    assert fragment in str(ei.value), str(ei.value)
+    assert ei.value.instruction.startswith("nki.isa.nonzero_with_count"), ei.value.instruction
+
+
+def test_nonzero_with_count_needs_v3():
+    @nki.jit(platform_target="trn1")
+    def k(x):
+        t = nl.ndarray((16, 8), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0)
+        o = nl.ndarray((16, 9), nl.int32, buffer=nl.sbuf)
+        nisa.nonzero_with_count(dst=o, src=t)
+        return x
+
+    with pytest.raises(NkiValidationError, match="NeuronCore-v3"):
+        k(np.zeros((1, 1), np.float32))
