@@ -947,6 +947,51 @@ void nonzero_with_count(Ctx& c, Views& w) {
   });
 }
 
+// nc_find_index8: values compare as fp32 (both operands are read through fp32 rows).
+void find_index8(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::FindIndex8>;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">], &v = w.v[FX::k<"vals">];
+  const int64_t F = a.free(), P = a.parts();
+  std::vector<int64_t> missing(static_cast<size_t>(P), -1);
+  for_partitions(P, F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    float* want = sc.fb(1, 8);
+    int64_t* o = sc.ib(0, 8);
+    load_row(a, p, x);
+    load_row(v, p, want);
+    for (int k = 0; k < 8; ++k) {
+      const int64_t i = std::find(x, x + F, want[k]) - x;
+      if (i == F) missing[static_cast<size_t>(p)] = k;
+      o[k] = i == F ? 0 : i;
+    }
+    store_row_i(d, p, o);
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      uint8_t* dv = sc.db(1, 8);
+      load_def_row(a, p, da);
+      load_def_row(v, p, dv);
+      uint8_t od[8];
+      const bool ok = all_defined(da, F) && all_defined(dv, 8);
+      std::fill(od, od + 8, static_cast<uint8_t>(ok));
+      if (!ok) c.note_undefined(all_defined(da, F) ? FX::k<"vals"> : FX::k<"data">);
+      store_def_row(d, p, od);
+    }
+  });
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t k = missing[static_cast<size_t>(p)];
+    if (k < 0) continue;
+    Scratch& sc = scratch();
+    float* want = sc.fb(1, 8);
+    load_row(v, p, want);
+    c.fail("runtime",
+           "value " + std::to_string(want[k]) + " (vals[" + std::to_string(p) + ", " +
+               std::to_string(k) + "]) does not occur in partition " + std::to_string(p) +
+               " of data",
+           "nc_find_index8 looks up values that occur in data (otherwise the result is undefined)");
+  }
+}
+
 void max8(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t F = a.free();
@@ -1038,4 +1083,5 @@ void Max8(Ctx& c) { run_views<max8>(c); }
 void TensorScalarCumulative(Ctx& c) { run_views<tensor_scalar_cumulative>(c); }
 void RangeSelect(Ctx& c) { run_views<range_select>(c); }
 void NonzeroWithCount(Ctx& c) { run_views<nonzero_with_count>(c); }
+void FindIndex8(Ctx& c) { run_views<find_index8>(c); }
 }  // namespace neuron::nki::isa::exec

@@ -586,6 +586,21 @@ void NonzeroWithCount(const Checker& c) {
            "nonzero_with_count writes one more element per partition than src (the count)");
 }
 
+// nc_find_index8: 8 to 16384 data elements, 8 values and 8 indices per partition.
+void FindIndex8(const Checker& c) {
+  using FX = Fields<Op::FindIndex8>;
+  constexpr int d = FX::k<"dst">, a = FX::k<"data">, v = FX::k<"vals">;
+  if (c.F(a) < 8 || c.F(a) > 16384)
+    c.fail("data has " + std::to_string(c.F(a)) + " elements per partition",
+           "nc_find_index8 searches 8 to 16384 elements per partition");
+  if (c.F(v) != 8)
+    c.fail("vals has " + std::to_string(c.F(v)) + " elements per partition",
+           "nc_find_index8 looks up 8 values per partition");
+  if (c.F(d) != 8)
+    c.fail("dst has " + std::to_string(c.F(d)) + " elements per partition",
+           "nc_find_index8 writes 8 indices per partition");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

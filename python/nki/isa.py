@@ -978,6 +978,17 @@ def nonzero_with_count(
     return _result(dst, alloc)
 
 
+def nc_find_index8(dst: NkiTensor = None, data: NkiTensor = None, vals: NkiTensor = None, name=None, **kwargs):
+    """Vector: dst[p, k] = index of the first occurrence of vals[p, k] in data[p] (free dims
+    flattened), for the 8 values of each partition; dst is uint32 (default) or uint16. A value
+    that does not occur is an error (undefined on the hardware)."""
+    if data is None or vals is None:
+        raise TypeError("nc_find_index8(dst=, data=, vals=) needs data and vals")
+    dst, alloc = _dst(dst, (data.shape[0], 8), nl.uint32)
+    emit("FindIndex8", "vector", {"dst": dst, "data": data, "vals": vals})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1085,7 +1096,6 @@ _NOT_MODELED = {
     "dma_compute": "DMA compute (reductions in the DMA engines)",
     "local_gather": "GpSimd gathers",
     "nc_n_gather": "GpSimd gathers",
-    "nc_find_index8": "index search",
     "nc_match_replace8": "match-and-replace",
     "sequence_bounds": "segment bounds",
     "topk": "top-k",

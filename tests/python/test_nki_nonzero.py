@@ -114,3 +114,84 @@ def test_nonzero_with_count_needs_v3():
 
     with pytest.raises(NkiValidationError, match="NeuronCore-v3"):
         k(np.zeros((1, 1), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# nisa.nc_find_index8
+
+
+@nki.jit
+def _find_index8_kernel(x, v, out_dtype):
+    P, F = x.shape
+    t = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    vals = nl.ndarray((P, 8), v.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=vals, src=v)
+    idx = nl.ndarray((P, 8), out_dtype, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=idx, data=t, vals=vals)
+    out = nl.ndarray((P, 8), out_dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=idx)
+    return out
+
+
+@pytest.mark.parametrize("out_dtype,np_out", [(nl.uint32, np.uint32), (nl.uint16, np.uint16)])
+@pytest.mark.parametrize("P,F", [(128, 64), (5, 8), (3, 1000)])
+def test_find_index8_first_occurrence(out_dtype, np_out, P, F):
+    rng = np.random.default_rng(P + F)
+    x = rng.integers(0, max(8, F // 4), (P, F)).astype(np.float32)  # many repeated values
+    pick = rng.integers(0, F, (P, 8))
+    v = np.take_along_axis(x, pick, axis=1)
+    expected = np.array([[np.flatnonzero(x[p] == v[p, k])[0] for k in range(8)] for p in range(P)])
+    got = np.asarray(_find_index8_kernel(x, v, out_dtype))
+    assert got.dtype == np_out
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_find_index8_after_max8_is_argmax8():
+    @nki.jit
+    def k(x):
+        P, F = x.shape
+        t = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        m = nisa.max8(src=t)
+        idx = nisa.nc_find_index8(data=t, vals=m)
+        out = nl.ndarray((P, 8), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=idx)
+        return out
+
+    x = np.random.default_rng(0).permutation(64 * 100).reshape(64, 100).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(k(x)), np.argsort(-x, axis=1)[:, :8])
+
+
+def test_find_index8_missing_value_is_an_error():
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    v = np.array([[0, 1, 2, 3, 4, 5, 6, 99]], np.float32)
+    with pytest.raises(NkiValidationError) as ei:
+        _find_index8_kernel(x, v, nl.uint32)
+    assert ei.value.kind == "runtime" and "99" in str(ei.value) and "vals[0, 7]" in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    "F,nv,nd,out_dtype,fragment",
+    [
+        (7, 8, 8, nl.uint32, "8 to 16384 elements"),
+        (16, 4, 8, nl.uint32, "8 values per partition"),
+        (16, 8, 4, nl.uint32, "8 indices per partition"),
+        (16, 8, 8, nl.int32, "uint16 or uint32"),
+    ],
+)
+def test_find_index8_rules(F, nv, nd, out_dtype, fragment):
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((4, F), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0)
+        v = nl.ndarray((4, nv), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=v, value=0)
+        o = nl.ndarray((4, nd), out_dtype, buffer=nl.sbuf)
+        nisa.nc_find_index8(dst=o, data=t, vals=v)
+        return x
+
+    with pytest.raises(NkiValidationError) as ei:
+        k(np.zeros((1, 1), np.float32))
+    assert fragment in str(ei.value), str(ei.value)
+    assert ei.value.instruction.startswith("nki.isa.nc_find_index8"), ei.value.instruction
