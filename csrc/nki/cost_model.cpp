@@ -280,6 +280,7 @@ void TensorScalarCumulative(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void BnStats(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void Max8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void FindIndex8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void MatchReplace8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 // Assumption (cost-model.md): the GpSimd fixed cost of iota plus one source element per cycle
 // (the eight cores scan their rows in parallel).
 void NonzeroWithCount(const CostCtx& x, InstrCost& c) {

@@ -947,12 +947,27 @@ void nonzero_with_count(Ctx& c, Views& w) {
   });
 }
 
-// nc_find_index8: values compare as fp32 (both operands are read through fp32 rows).
-void find_index8(Ctx& c, Views& w) {
-  using FX = isa::Fields<Op::FindIndex8>;
-  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">], &v = w.v[FX::k<"vals">];
+// nc_find_index8 / nc_match_replace8: o[k] = index of the first occurrence of want[k] in x
+// (values compare as fp32); with `replace`, each match becomes imm before the next value is
+// looked up. Returns the first k not found (its o[k] is 0), or -1.
+int match8(float* x, int64_t F, const float* want, int64_t* o, bool replace, float imm) {
+  int missing = -1;
+  for (int k = 0; k < 8; ++k) {
+    const int64_t i = std::find(x, x + F, want[k]) - x;
+    if (i == F && missing < 0) missing = k;
+    o[k] = i == F ? 0 : i;
+    if (replace && i < F) x[i] = imm;
+  }
+  return missing;
+}
+
+// Shared by both: runs match8 over every partition, tracks definedness, then reports the first
+// value absent from its partition (undefined on the hardware, an error here).
+template <bool kReplace>
+void match8_rows(Ctx& c, Views& w, int kd, int ka, int kv, int kidx, float imm) {
+  View &a = w.v[ka], &v = w.v[kv];
   const int64_t F = a.free(), P = a.parts();
-  std::vector<int64_t> missing(static_cast<size_t>(P), -1);
+  std::vector<int> missing(static_cast<size_t>(P), -1);
   for_partitions(P, F, [&](int64_t p) {
     Scratch& sc = scratch();
     float* x = sc.fb(0, F);
@@ -960,36 +975,55 @@ void find_index8(Ctx& c, Views& w) {
     int64_t* o = sc.ib(0, 8);
     load_row(a, p, x);
     load_row(v, p, want);
-    for (int k = 0; k < 8; ++k) {
-      const int64_t i = std::find(x, x + F, want[k]) - x;
-      if (i == F) missing[static_cast<size_t>(p)] = k;
-      o[k] = i == F ? 0 : i;
-    }
-    store_row_i(d, p, o);
+    missing[static_cast<size_t>(p)] = match8(x, F, want, o, kReplace, imm);
+    if (kReplace) store_row(w.v[kd], p, x);
+    if (kidx >= 0) store_row_i(w.v[kidx], p, o);
     if (c.check) {
       uint8_t* da = sc.db(0, F);
       uint8_t* dv = sc.db(1, 8);
       load_def_row(a, p, da);
       load_def_row(v, p, dv);
-      uint8_t od[8];
-      const bool ok = all_defined(da, F) && all_defined(dv, 8);
-      std::fill(od, od + 8, static_cast<uint8_t>(ok));
-      if (!ok) c.note_undefined(all_defined(da, F) ? FX::k<"vals"> : FX::k<"data">);
-      store_def_row(d, p, od);
+      const bool data_ok = all_defined(da, F), ok = data_ok && all_defined(dv, 8);
+      if (!ok) c.note_undefined(data_ok ? kv : ka);
+      if (kReplace) {  // replaced elements are defined when the values were
+        const bool vals_ok = all_defined(dv, 8);
+        if (!vals_ok) std::fill(da, da + F, uint8_t{0});
+        for (int k = 0; k < 8 && vals_ok; ++k)
+          if (k != missing[static_cast<size_t>(p)]) da[o[k]] = 1;
+        store_def_row(w.v[kd], p, da);
+      }
+      if (kidx >= 0) {
+        uint8_t od[8];
+        std::fill(od, od + 8, static_cast<uint8_t>(ok));
+        store_def_row(w.v[kidx], p, od);
+      }
     }
   });
   for (int64_t p = 0; p < P; ++p) {
-    const int64_t k = missing[static_cast<size_t>(p)];
+    const int k = missing[static_cast<size_t>(p)];
     if (k < 0) continue;
-    Scratch& sc = scratch();
-    float* want = sc.fb(1, 8);
+    float* want = scratch().fb(1, 8);
     load_row(v, p, want);
     c.fail("runtime",
            "value " + std::to_string(want[k]) + " (vals[" + std::to_string(p) + ", " +
                std::to_string(k) + "]) does not occur in partition " + std::to_string(p) +
                " of data",
-           "nc_find_index8 looks up values that occur in data (otherwise the result is undefined)");
+           std::string(kReplace ? "nc_match_replace8" : "nc_find_index8") +
+               " looks up values that occur in data (otherwise the result is undefined)");
   }
+}
+
+void find_index8(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::FindIndex8>;
+  match8_rows<false>(c, w, -1, FX::k<"data">, FX::k<"vals">, FX::k<"dst">, 0.0f);
+}
+
+void match_replace8(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::MatchReplace8>;
+  const FX f{c.in()};
+  match8_rows<true>(c, w, FX::k<"dst">, FX::k<"data">, FX::k<"vals">,
+                    w.has[FX::k<"dst_idx">] ? FX::k<"dst_idx"> : -1,
+                    static_cast<float>(f.imm<"imm">()));
 }
 
 void max8(Ctx& c, Views& w) {
@@ -1084,4 +1118,5 @@ void TensorScalarCumulative(Ctx& c) { run_views<tensor_scalar_cumulative>(c); }
 void RangeSelect(Ctx& c) { run_views<range_select>(c); }
 void NonzeroWithCount(Ctx& c) { run_views<nonzero_with_count>(c); }
 void FindIndex8(Ctx& c) { run_views<find_index8>(c); }
+void MatchReplace8(Ctx& c) { run_views<match_replace8>(c); }
 }  // namespace neuron::nki::isa::exec

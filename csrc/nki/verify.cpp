@@ -601,6 +601,21 @@ void FindIndex8(const Checker& c) {
            "nc_find_index8 writes 8 indices per partition");
 }
 
+// nc_match_replace8: at most 16384 data elements and 8 values (and indices) per partition.
+void MatchReplace8(const Checker& c) {
+  using FX = Fields<Op::MatchReplace8>;
+  constexpr int a = FX::k<"data">, v = FX::k<"vals">, i = FX::k<"dst_idx">;
+  if (c.F(a) > 16384)
+    c.fail("data has " + std::to_string(c.F(a)) + " elements per partition",
+           "nc_match_replace8 searches at most 16384 elements per partition");
+  if (c.F(v) != 8)
+    c.fail("vals has " + std::to_string(c.F(v)) + " elements per partition",
+           "nc_match_replace8 replaces 8 values per partition");
+  if (c.in.ap[i].present() && c.F(i) != 8)
+    c.fail("dst_idx has " + std::to_string(c.F(i)) + " elements per partition",
+           "nc_match_replace8 writes 8 indices per partition");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

@@ -989,6 +989,21 @@ def nc_find_index8(dst: NkiTensor = None, data: NkiTensor = None, vals: NkiTenso
     return _result(dst, alloc)
 
 
+def nc_match_replace8(
+    dst: NkiTensor = None, data: NkiTensor = None, vals: NkiTensor = None, imm=0.0, dst_idx: NkiTensor = None,
+    name=None, **kwargs
+):
+    """Vector: a copy of data in which the first occurrence of each of the 8 values of a
+    partition (looked up in order, free dims flattened) is replaced by ``imm``; ``dst_idx``
+    (optional) gets the matched indices. dst may be data. A value that does not occur is an
+    error (undefined on the hardware)."""
+    if data is None or vals is None:
+        raise TypeError("nc_match_replace8(dst=, data=, vals=, imm=) needs data and vals")
+    dst, alloc = _dst(dst, data.shape, data.dtype)
+    emit("MatchReplace8", "vector", {"dst": dst, "data": data, "vals": vals, "dst_idx": dst_idx}, {"imm": float(imm)})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1096,7 +1111,6 @@ _NOT_MODELED = {
     "dma_compute": "DMA compute (reductions in the DMA engines)",
     "local_gather": "GpSimd gathers",
     "nc_n_gather": "GpSimd gathers",
-    "nc_match_replace8": "match-and-replace",
     "sequence_bounds": "segment bounds",
     "topk": "top-k",
 }

@@ -195,3 +195,79 @@ def test_find_index8_rules(F, nv, nd, out_dtype, fragment):
         k(np.zeros((1, 1), np.float32))
     assert fragment in str(ei.value), str(ei.value)
     assert ei.value.instruction.startswith("nki.isa.nc_find_index8"), ei.value.instruction
+
+
+# ---------------------------------------------------------------------------------------------
+# nisa.nc_match_replace8
+
+
+def _match_replace_reference(x, v, imm):
+    out = x.copy()
+    idx = np.zeros(v.shape, np.int64)
+    for p in range(x.shape[0]):
+        for k in range(8):
+            hit = np.flatnonzero(out[p] == v[p, k])[0]
+            idx[p, k] = hit
+            out[p, hit] = imm
+    return out, idx
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("P,F", [(128, 40), (7, 8), (2, 3000)])
+def test_match_replace8_matches_numpy(in_place, P, F):
+    @nki.jit
+    def k(x, v):
+        t = nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        vals = nl.ndarray((x.shape[0], 8), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=vals, src=v)
+        idx = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.sbuf)
+        r = t if in_place else nl.ndarray(x.shape, x.dtype, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=r, data=t, vals=vals, imm=-7.5, dst_idx=idx)
+        o1 = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray((x.shape[0], 8), nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=r)
+        nisa.dma_copy(dst=o2, src=idx)
+        return o1, o2
+
+    rng = np.random.default_rng(P * F)
+    x = rng.integers(0, 5, (P, F)).astype(np.float32)  # repeated values: replaced in order
+    v = np.stack([x[p, rng.permutation(F)[:8] if F >= 8 else np.arange(8) % F] for p in range(P)])
+    exp_out, exp_idx = _match_replace_reference(x, v, -7.5)
+    got_out, got_idx = k(x, v)
+    np.testing.assert_array_equal(np.asarray(got_out), exp_out)
+    np.testing.assert_array_equal(np.asarray(got_idx), exp_idx)
+
+
+def test_match_replace8_topk_loop():
+    """max8 + match_replace8 repeated: the top 16 of each row (the rotational top-k pattern)."""
+
+    @nki.jit
+    def k(x):
+        P, F = x.shape
+        t = nl.ndarray((P, F), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        top = nl.ndarray((P, 16), x.dtype, buffer=nl.sbuf)
+        for r in range(2):
+            nisa.max8(dst=top[:, r * 8 : (r + 1) * 8], src=t)
+            nisa.nc_match_replace8(dst=t, data=t, vals=top[:, r * 8 : (r + 1) * 8], imm=-1e30)
+        out = nl.ndarray((P, 16), x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=top)
+        return out
+
+    x = np.random.default_rng(3).standard_normal((32, 200)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(k(x)), -np.sort(-x, axis=1)[:, :16])
+
+
+def test_match_replace8_rules():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((4, 16), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0)
+        v = nl.ndarray((4, 4), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=v, value=0)
+        nisa.nc_match_replace8(dst=t, data=t, vals=v, imm=1.0)
+        return x
+
+    with pytest.raises(NkiValidationError, match="8 values per partition"):
+        k(np.zeros((1, 1), np.float32))
