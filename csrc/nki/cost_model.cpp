@@ -279,6 +279,14 @@ void CopyPredicated(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void TensorScalarCumulative(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void BnStats(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void Max8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void FindIndex8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+void MatchReplace8(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
+// Assumption (cost-model.md): the GpSimd fixed cost of iota plus one source element per cycle
+// (the eight cores scan their rows in parallel).
+void NonzeroWithCount(const CostCtx& x, InstrCost& c) {
+  c.ns = cyc(150.0 + static_cast<double>(x.in.ap[Fields<Op::NonzeroWithCount>::k<"src">].free_size()),
+             x.p.gpsimd_ghz);
+}
 void StreamShuffle(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 
 void BnAggr(const CostCtx& x, InstrCost& c) {

@@ -908,6 +908,124 @@ void bn_aggr(Ctx& c, Views& w) {
   });
 }
 
+// nonzero_with_count: each GpSimd core (16 partitions) works on its partition 0 only.
+void nonzero_with_count(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::NonzeroWithCount>;
+  const FX f{c.in()};
+  View &d = w.v[FX::k<"dst">], &s = w.v[FX::k<"src">];
+  const int64_t T = s.free();
+  const int64_t off = f.i<"index_offset">(), pad = f.i<"padding_val">();
+  const bool ints = dt_is_int(s.dtype);
+  for_partitions(s.parts(), T, [&](int64_t p) {
+    if (p % 16 != 0) return;
+    Scratch& sc = scratch();
+    int64_t* o = sc.ib(0, T + 1);
+    int64_t n = 0;
+    if (ints) {
+      int64_t* xi = sc.ib(1, T);
+      load_row_i(s, p, xi);
+      for (int64_t i = 0; i < T; ++i)
+        if (xi[i] != 0) o[n++] = static_cast<int32_t>(i + off);
+    } else {
+      float* x = sc.fb(0, T);
+      load_row(s, p, x);
+      for (int64_t i = 0; i < T; ++i)
+        if (x[i] != 0.0f) o[n++] = static_cast<int32_t>(i + off);
+    }
+    std::fill(o + n, o + T, static_cast<int64_t>(static_cast<int32_t>(pad)));
+    o[T] = n;
+    store_row_i(d, p, o);
+    if (c.check) {
+      uint8_t* ds = sc.db(0, T);
+      load_def_row(s, p, ds);
+      uint8_t* od = sc.db(1, T + 1);
+      const bool ok = all_defined(ds, T);
+      std::fill(od, od + T + 1, static_cast<uint8_t>(ok));
+      if (!ok) c.note_undefined(FX::k<"src">);
+      store_def_row(d, p, od);
+    }
+  });
+}
+
+// nc_find_index8 / nc_match_replace8: o[k] = index of the first occurrence of want[k] in x
+// (values compare as fp32); with `replace`, each match becomes imm before the next value is
+// looked up. Returns the first k not found (its o[k] is 0), or -1.
+int match8(float* x, int64_t F, const float* want, int64_t* o, bool replace, float imm) {
+  int missing = -1;
+  for (int k = 0; k < 8; ++k) {
+    const int64_t i = std::find(x, x + F, want[k]) - x;
+    if (i == F && missing < 0) missing = k;
+    o[k] = i == F ? 0 : i;
+    if (replace && i < F) x[i] = imm;
+  }
+  return missing;
+}
+
+// Shared by both: runs match8 over every partition, tracks definedness, then reports the first
+// value absent from its partition (undefined on the hardware, an error here).
+template <bool kReplace>
+void match8_rows(Ctx& c, Views& w, int kd, int ka, int kv, int kidx, float imm) {
+  View &a = w.v[ka], &v = w.v[kv];
+  const int64_t F = a.free(), P = a.parts();
+  std::vector<int> missing(static_cast<size_t>(P), -1);
+  for_partitions(P, F, [&](int64_t p) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, F);
+    float* want = sc.fb(1, 8);
+    int64_t* o = sc.ib(0, 8);
+    load_row(a, p, x);
+    load_row(v, p, want);
+    missing[static_cast<size_t>(p)] = match8(x, F, want, o, kReplace, imm);
+    if (kReplace) store_row(w.v[kd], p, x);
+    if (kidx >= 0) store_row_i(w.v[kidx], p, o);
+    if (c.check) {
+      uint8_t* da = sc.db(0, F);
+      uint8_t* dv = sc.db(1, 8);
+      load_def_row(a, p, da);
+      load_def_row(v, p, dv);
+      const bool data_ok = all_defined(da, F), ok = data_ok && all_defined(dv, 8);
+      if (!ok) c.note_undefined(data_ok ? kv : ka);
+      if (kReplace) {  // replaced elements are defined when the values were
+        const bool vals_ok = all_defined(dv, 8);
+        if (!vals_ok) std::fill(da, da + F, uint8_t{0});
+        for (int k = 0; k < 8 && vals_ok; ++k)
+          if (k != missing[static_cast<size_t>(p)]) da[o[k]] = 1;
+        store_def_row(w.v[kd], p, da);
+      }
+      if (kidx >= 0) {
+        uint8_t od[8];
+        std::fill(od, od + 8, static_cast<uint8_t>(ok));
+        store_def_row(w.v[kidx], p, od);
+      }
+    }
+  });
+  for (int64_t p = 0; p < P; ++p) {
+    const int k = missing[static_cast<size_t>(p)];
+    if (k < 0) continue;
+    float* want = scratch().fb(1, 8);
+    load_row(v, p, want);
+    c.fail("runtime",
+           "value " + std::to_string(want[k]) + " (vals[" + std::to_string(p) + ", " +
+               std::to_string(k) + "]) does not occur in partition " + std::to_string(p) +
+               " of data",
+           std::string(kReplace ? "nc_match_replace8" : "nc_find_index8") +
+               " looks up values that occur in data (otherwise the result is undefined)");
+  }
+}
+
+void find_index8(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::FindIndex8>;
+  match8_rows<false>(c, w, -1, FX::k<"data">, FX::k<"vals">, FX::k<"dst">, 0.0f);
+}
+
+void match_replace8(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::MatchReplace8>;
+  const FX f{c.in()};
+  match8_rows<true>(c, w, FX::k<"dst">, FX::k<"data">, FX::k<"vals">,
+                    w.has[FX::k<"dst_idx">] ? FX::k<"dst_idx"> : -1,
+                    static_cast<float>(f.imm<"imm">()));
+}
+
 void max8(Ctx& c, Views& w) {
   View &d = w.v[0], &a = w.v[1];
   const int64_t F = a.free();
@@ -998,4 +1116,7 @@ void BnAggr(Ctx& c) { run_views<bn_aggr>(c); }
 void Max8(Ctx& c) { run_views<max8>(c); }
 void TensorScalarCumulative(Ctx& c) { run_views<tensor_scalar_cumulative>(c); }
 void RangeSelect(Ctx& c) { run_views<range_select>(c); }
+void NonzeroWithCount(Ctx& c) { run_views<nonzero_with_count>(c); }
+void FindIndex8(Ctx& c) { run_views<find_index8>(c); }
+void MatchReplace8(Ctx& c) { run_views<match_replace8>(c); }
 }  // namespace neuron::nki::isa::exec

@@ -576,6 +576,40 @@ void BnAggr(const Checker& c) {
            "bn_aggr writes mean and variance");
 }
 
+// Fails with "<what> has N elements per partition" when `bad`.
+void check_elems(const Checker& c, int k, const char* what, bool bad, const char* rule) {
+  if (bad) c.fail(std::string(what) + " has " + std::to_string(c.F(k)) + " elements per partition", rule);
+}
+
+// nonzero_with_count: dst holds the T indices of a row plus the count.
+void NonzeroWithCount(const Checker& c) {
+  using FX = Fields<Op::NonzeroWithCount>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src">;
+  check_elems(c, d, "dst", c.F(d) != c.F(s) + 1,
+              "nonzero_with_count writes one more element per partition than src (the count)");
+}
+
+// nc_find_index8: 8 to 16384 data elements, 8 values and 8 indices per partition.
+void FindIndex8(const Checker& c) {
+  using FX = Fields<Op::FindIndex8>;
+  constexpr int d = FX::k<"dst">, a = FX::k<"data">, v = FX::k<"vals">;
+  check_elems(c, a, "data", c.F(a) < 8 || c.F(a) > 16384,
+              "nc_find_index8 searches 8 to 16384 elements per partition");
+  check_elems(c, v, "vals", c.F(v) != 8, "nc_find_index8 looks up 8 values per partition");
+  check_elems(c, d, "dst", c.F(d) != 8, "nc_find_index8 writes 8 indices per partition");
+}
+
+// nc_match_replace8: at most 16384 data elements and 8 values (and indices) per partition.
+void MatchReplace8(const Checker& c) {
+  using FX = Fields<Op::MatchReplace8>;
+  constexpr int a = FX::k<"data">, v = FX::k<"vals">, i = FX::k<"dst_idx">;
+  check_elems(c, a, "data", c.F(a) > 16384,
+              "nc_match_replace8 searches at most 16384 elements per partition");
+  check_elems(c, v, "vals", c.F(v) != 8, "nc_match_replace8 replaces 8 values per partition");
+  check_elems(c, i, "dst_idx", c.in.ap[i].present() && c.F(i) != 8,
+              "nc_match_replace8 writes 8 indices per partition");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

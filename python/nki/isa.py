@@ -959,6 +959,51 @@ def bn_aggr(dst: NkiTensor = None, data: NkiTensor = None, name=None, dtype=None
 
 
 @_old_style("src", tensors=("src",))
+def nonzero_with_count(
+    dst: NkiTensor = None, src: NkiTensor = None, index_offset=0, padding_val=-1, name=None, **kwargs
+):
+    """GpSimd (NeuronCore-v3+): for partitions 0, 16, ..., 112 of ``src`` [P, T] (float32 or
+    int32), ``dst`` [P, T + 1] int32 gets the indices of the nonzero elements plus
+    ``index_offset``, then ``padding_val`` up to T, then the count. Other partitions of ``dst``
+    are left unchanged (each of the eight GpSimd cores works on the first of its 16 partitions)."""
+    if src is None:
+        raise TypeError("nonzero_with_count(dst=, src=) needs src")
+    dst, alloc = _dst(dst, (src.shape[0], src.shape[-1] + 1), nl.int32)
+    emit(
+        "NonzeroWithCount",
+        "gpsimd",
+        {"dst": dst, "src": src},
+        {"index_offset": int(index_offset), "padding_val": int(padding_val)},
+    )
+    return _result(dst, alloc)
+
+
+def nc_find_index8(dst: NkiTensor = None, data: NkiTensor = None, vals: NkiTensor = None, name=None, **kwargs):
+    """Vector: dst[p, k] = index of the first occurrence of vals[p, k] in data[p] (free dims
+    flattened), for the 8 values of each partition; dst is uint32 (default) or uint16. A value
+    that does not occur is an error (undefined on the hardware)."""
+    if data is None or vals is None:
+        raise TypeError("nc_find_index8(dst=, data=, vals=) needs data and vals")
+    dst, alloc = _dst(dst, (data.shape[0], 8), nl.uint32)
+    emit("FindIndex8", "vector", {"dst": dst, "data": data, "vals": vals})
+    return _result(dst, alloc)
+
+
+def nc_match_replace8(
+    dst: NkiTensor = None, data: NkiTensor = None, vals: NkiTensor = None, imm=0.0, dst_idx: NkiTensor = None,
+    name=None, **kwargs
+):
+    """Vector: a copy of data in which the first occurrence of each of the 8 values of a
+    partition (looked up in order, free dims flattened) is replaced by ``imm``; ``dst_idx``
+    (optional) gets the matched indices. dst may be data. A value that does not occur is an
+    error (undefined on the hardware)."""
+    if data is None or vals is None:
+        raise TypeError("nc_match_replace8(dst=, data=, vals=, imm=) needs data and vals")
+    dst, alloc = _dst(dst, data.shape, data.dtype)
+    emit("MatchReplace8", "vector", {"dst": dst, "data": data, "vals": vals, "dst_idx": dst_idx}, {"imm": float(imm)})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1066,9 +1111,6 @@ _NOT_MODELED = {
     "dma_compute": "DMA compute (reductions in the DMA engines)",
     "local_gather": "GpSimd gathers",
     "nc_n_gather": "GpSimd gathers",
-    "nc_find_index8": "index search",
-    "nc_match_replace8": "match-and-replace",
-    "nonzero_with_count": "nonzero compaction",
     "sequence_bounds": "segment bounds",
     "topk": "top-k",
 }
