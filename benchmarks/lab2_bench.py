@@ -453,7 +453,7 @@ def main() -> None:
         for k, v in runs.items():
             print(f"  {k:13} {v['tok_s']:8.1f} tok/s   ({v['tok_s'] / runs['base']['tok_s']:.2f}x base)")
         same = len({v["ids"] for v in runs.values()}) == 1
-        print(f"  generated ids identical across variants: {same}")
+        print(f"  generated ids ({args.tokens} tokens) identical across variants: {same}")
     print(
         f"host roofline: {param_bytes / 1e6:.1f} MB of weights per token at {bw / 1e9:.1f} GB/s read "
         f"= {roof_tok_s:.0f} tok/s"
@@ -466,7 +466,7 @@ def main() -> None:
                 f"{v['tok_s'] / roof_tok_s:.0%} of roofline)"
             )
         same = len({v["ids"] for v in compiled.values()} | {v["ids"] for v in runs.values()}) == 1
-        print(f"  generated ids identical across variants and modes: {same}")
+        print(f"  generated ids ({args.tokens} tokens) identical across variants and modes: {same}")
     print("one decode step of the transformer layers (emulator, best of", args.reps, "):")
     for k, v in stack.items():
         print(f"  {k:17} {v:9.2f} ms   ({roof_layers_ms / v:.0%} of its {roof_layers_ms:.2f} ms roofline)")
