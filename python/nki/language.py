@@ -308,13 +308,26 @@ def _fill(t: NkiTensor, value) -> None:
 
 
 def shared_constant(constant, dtype=None, name="") -> NkiTensor:
-    """A read-only HBM tensor holding `constant` (a numpy array, or anything numpy converts),
-    converted to `dtype` (default: the array's dtype). The values are part of the traced kernel
-    (and its cache key); every launch binds the same bytes."""
+    """A read-only HBM tensor holding `constant` (a numpy array, anything numpy converts, or the
+    path of a ``.npy`` file), converted to `dtype` (default: the array's dtype). The values are
+    part of the traced kernel (and its cache key); every launch binds the same bytes. A file is
+    read when the kernel is traced: a trace cached for the same arguments keeps the values it
+    read (the public library writes each constant to a new file)."""
+    import os
+
     import numpy as np
 
     tr = _tracer.current()
-    arr = np.asarray(constant)
+    if isinstance(constant, (str, os.PathLike)):
+        path = os.fspath(constant)
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"nl.shared_constant: cannot read the .npy file {path!r}: {e}") from None
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"nl.shared_constant: {path!r} holds several arrays (an .npz archive); pass one array")
+    else:
+        arr = np.asarray(constant)
     d = _dt.to_dtype(dtype) if dtype is not None else _dt.to_dtype(arr.dtype)
     arr = np.ascontiguousarray(arr.astype(_dt.numpy_dtype(d)))
     t = new_tensor(arr.shape or (1,), d, hbm, name or "shared_constant", is_input=True)

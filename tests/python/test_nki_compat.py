@@ -472,6 +472,28 @@ def test_overlapping_manually_placed_tensors_are_rejected():
 # nl.shared_constant
 
 
+def test_shared_constant_from_a_npy_file(tmp_path):
+    """nl.shared_constant(path) reads a .npy file (the public rotational top-k passes the path of
+    a rotation matrix it saved); a file that is not an array is a clear error."""
+    table = (np.arange(128 * 16, dtype=np.float32).reshape(128, 16) % 7) - 3
+    path = tmp_path / "table.npy"
+    np.save(path, table)
+
+    @nki.jit
+    def add_table(x, where):
+        c = nl.shared_constant(where)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.add(nl.load(x), nl.load(c)))
+        return out
+
+    x = _rand(128, 16)
+    np.testing.assert_array_equal(add_table(x, str(path)), x + table)
+    bad = tmp_path / "bad.npy"
+    bad.write_text("not numpy")
+    with pytest.raises(ValueError, match="cannot read the .npy file"):
+        add_table(x, str(bad))
+
+
 def test_shared_constant_tensors():
     @nki.jit
     def mix(x):
