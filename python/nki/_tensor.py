@@ -1031,8 +1031,8 @@ def _index_vector(v, parts: int) -> NkiTensor:
         raise TypeError(f"ap: vector_offset must be an SBUF tensor of shape (P, 1) holding indices, got {v!r}")
     if str(v.dtype) not in ("int32", "uint32", "int16", "uint16", "int8", "uint8"):
         raise TypeError(f"ap: vector_offset holds integer indices, got dtype {v.dtype}")
-    if v.ndim == 1:
-        v = v._view((v.shape[0], 1), (v.strides[0], 1))
+    if v.ndim == 1 or v.ndim > 2 and all(n == 1 for n in v.shape[1:]):
+        v = v._view((v.shape[0], 1), (v.strides[0], 1))  # (P,), (P, 1, 1, ...): one index a partition
     if v.ndim != 2 or v.shape[1] != 1 or v.shape[0] != parts:
         raise ValueError(
             f"ap: vector_offset has shape {v.shape}; it holds one index per entry of the pattern's first "
