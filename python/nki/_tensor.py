@@ -830,24 +830,24 @@ class NkiTensor:
                     "ap: scalar_offset must be a VirtualRegister (e.g. a fori_loop variable) or a "
                     f"one-element SBUF tensor holding the offset, got {type(scalar_offset).__name__}"
                 )
-            if not 0 <= indirect_dim < len(pattern):
-                raise IndexError("ap: indirect_dim out of range")
-            st = pattern[indirect_dim][0]
+            # The offset counts steps of dimension `indirect_dim` of this tensor (its shape, not
+            # the new pattern's), as for vector_offset and as the NKI docs define it.
+            st = self._indirect_stride(indirect_dim, new_dt)
             offset += e.bias * st
             reg = (e.reg, e.scale * st)
         t = NkiTensor(b, [p[1] for p in pattern], new_dt, offset, [p[0] for p in pattern], reg)
         if vector_offset is not None:
+            if self.on_chip:
+                raise ValueError(
+                    f"ap(vector_offset=): the indexed tensor '{self.name}' must be in HBM (indirect DMA gathers "
+                    "from / scatters to device memory)"
+                )
             t._vec = (_index_vector(vector_offset, pattern[0][1]), self._indirect_stride(indirect_dim, new_dt))
         return t
 
     def _indirect_stride(self, indirect_dim: int, new_dt) -> int:
         """The element stride (in `new_dt` elements) of dimension `indirect_dim` of this tensor:
         what an indirect index is scaled by."""
-        if self.on_chip:
-            raise ValueError(
-                f"ap(vector_offset=): the indexed tensor '{self.name}' must be in HBM (indirect DMA gathers "
-                "from / scatters to device memory)"
-            )
         if not 0 <= indirect_dim < max(1, self.ndim):
             raise IndexError(f"ap: indirect_dim {indirect_dim} out of range for a tensor of shape {self.shape}")
         st = self._steps[indirect_dim] if self.ndim else 1

@@ -256,7 +256,7 @@ def write_kv_cache(cache, x_tok, B: int, S: int, Hkv: int, d: int, pos_sb) -> No
     for b in range(B):
         r = position_register(pos_sb, b)
         dst = cache.ap(
-            pattern=[[d, S], [Sc * d, Hkv], [1, d]], offset=b * Hkv * Sc * d, scalar_offset=r, indirect_dim=0
+            pattern=[[d, S], [Sc * d, Hkv], [1, d]], offset=b * Hkv * Sc * d, scalar_offset=r, indirect_dim=2
         )
         nisa.dma_copy(dst=dst, src=x_tok[b * S : (b + 1) * S, :])
 

@@ -45,7 +45,7 @@ def update_kv_cache(k_cache, v_cache, k, v, position_ids):
                 pattern=[[Sc * d, Hkv], [d, S], [1, d]],
                 offset=b * Hkv * Sc * d,
                 scalar_offset=r,
-                indirect_dim=1,
+                indirect_dim=2,  # the cache's sequence dimension: the offset counts positions
             )
             nisa.dma_copy(dst=dst, src=x[b])
     return k_cache, v_cache
