@@ -63,9 +63,9 @@ def sizeinbytes(dtype) -> int:
 
 def is_float_type(dtype) -> bool:
     name = _name(dtype)
-    if name in _PACKED:
-        return True
-    return bool(np.issubdtype(to_numpy_dtype(dtype), np.floating)) or name in _dt.ALL and _dt.is_float(name)
+    if name in _dt.ALL:
+        return _dt.is_float(name)  # bfloat16, float8 and the packed MX types included
+    return bool(np.issubdtype(np.dtype(name), np.floating))
 
 
 def finfo(dtype):

@@ -21,7 +21,7 @@ def _rand(*shape, seed=0):
 def gather_rows(table, indices):
     P, F = indices.shape[0], table.shape[1]
     out = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.shared_hbm)
-    idx = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
+    idx = nl.ndarray(indices.shape, dtype=nl.int32, buffer=nl.sbuf)  # (P, 1), or (P, 1, 1)
     nisa.dma_copy(dst=idx, src=indices)
     rows = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=rows, src=table.ap(pattern=[[F, P], [1, F]], offset=0, vector_offset=idx, indirect_dim=0))
@@ -39,23 +39,11 @@ def test_gather_rows_by_index():
     np.testing.assert_array_equal(gather_rows(table, idx2), table[idx2[:, 0]])
 
 
-@nki.jit
-def gather_rows_3d_index(table, indices):
-    """The index tile as the public router top-k allocates it: (P, 1, 1)."""
-    P, F = indices.shape[0], table.shape[1]
-    out = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.shared_hbm)
-    idx = nl.ndarray((P, 1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=idx, src=indices)
-    rows = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=rows, src=table.ap(pattern=[[F, P], [1, F]], offset=0, vector_offset=idx, indirect_dim=0))
-    nisa.dma_copy(dst=out, src=rows)
-    return out
-
-
 def test_index_tile_with_trailing_unit_dims():
+    """The index tile as the public router top-k allocates it: (P, 1, 1)."""
     table = _rand(50, 16)
     idx = np.random.default_rng(2).integers(0, 50, size=(4, 1, 1)).astype(np.int32)
-    np.testing.assert_array_equal(nki.simulate(gather_rows_3d_index)(table, idx), table[idx[:, 0, 0]])
+    np.testing.assert_array_equal(nki.simulate(gather_rows)(table, idx), table[idx[:, 0, 0]])
 
 
 @nki.jit
