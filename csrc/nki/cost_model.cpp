@@ -287,6 +287,11 @@ void NonzeroWithCount(const CostCtx& x, InstrCost& c) {
   c.ns = cyc(150.0 + static_cast<double>(x.in.ap[Fields<Op::NonzeroWithCount>::k<"src">].free_size()),
              x.p.gpsimd_ghz);
 }
+// Assumption (cost-model.md): the GpSimd fixed cost of iota plus one gathered element per cycle.
+void NGather(const CostCtx& x, InstrCost& c) {
+  c.ns = cyc(150.0 + static_cast<double>(x.in.ap[Fields<Op::NGather>::k<"dst">].free_size()),
+             x.p.gpsimd_ghz);
+}
 void StreamShuffle(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 
 void BnAggr(const CostCtx& x, InstrCost& c) {

@@ -1046,6 +1046,57 @@ void max8(Ctx& c, Views& w) {
   });
 }
 
+// nc_n_gather: raw element copies within a partition (any dtype, bit-exact); an index outside
+// the partition's data is a runtime error (undefined on the hardware).
+void n_gather(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::NGather>;
+  View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">], &ix = w.v[FX::k<"indices">];
+  const int64_t F = a.free(), N = ix.free(), P = a.parts();
+  const int es = a.es;
+  std::vector<int64_t> bad(static_cast<size_t>(P), -1);
+  for_partitions(P, F + N, [&](int64_t p) {
+    Scratch& sc = scratch();
+    uint8_t* x = sc.db(0, F * es);
+    uint8_t* o = sc.db(1, N * es);
+    int64_t* k = sc.ib(0, N);
+    gather_bytes(a, p, x);
+    load_row_i(ix, p, k);
+    for (int64_t j = 0; j < N; ++j) {
+      const int64_t i = k[j];
+      if (i < 0 || i >= F) {
+        if (bad[static_cast<size_t>(p)] < 0) bad[static_cast<size_t>(p)] = j;
+        std::memset(o + j * es, 0, static_cast<size_t>(es));
+        continue;
+      }
+      std::memcpy(o + j * es, x + i * es, static_cast<size_t>(es));
+    }
+    scatter_bytes(d, p, o);
+    if (c.check) {
+      uint8_t* da = sc.db(2, F);
+      uint8_t* di = sc.db(3, N);
+      load_def_row(a, p, da);
+      load_def_row(ix, p, di);
+      for (int64_t j = 0; j < N; ++j) {
+        const int64_t i = k[j];
+        di[j] = static_cast<uint8_t>(di[j] && i >= 0 && i < F && da[i]);
+      }
+      if (!all_defined(di, N)) c.note_undefined(FX::k<"data">);
+      store_def_row(d, p, di);
+    }
+  });
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t j = bad[static_cast<size_t>(p)];
+    if (j < 0) continue;
+    int64_t* k = scratch().ib(0, N);
+    load_row_i(ix, p, k);
+    c.fail("runtime",
+           "index " + std::to_string(k[j]) + " (indices[" + std::to_string(p) + ", " + std::to_string(j) +
+               "]) is outside the " + std::to_string(F) + " elements of partition " + std::to_string(p) +
+               " of data",
+           "nc_n_gather indices are in [0, data elements per partition)");
+  }
+}
+
 // Source rows are read before any is written (dst may be src: an in-place shuffle).
 void stream_shuffle(Ctx& c, Views& w) {
   View &d = w.v[0], &s = w.v[1];
@@ -1097,6 +1148,7 @@ namespace neuron::nki::isa::exec {
 using namespace detail;
 void TensorCopy(Ctx& c) { run_views<tensor_copy>(c); }
 void StreamShuffle(Ctx& c) { run_views<stream_shuffle>(c); }
+void NGather(Ctx& c) { run_views<n_gather>(c); }
 void Memset(Ctx& c) { run_views<memset_op>(c); }
 void Iota(Ctx& c) { run_views<iota>(c); }
 void AffineSelect(Ctx& c) { run_views<affine_select>(c); }

@@ -610,6 +610,17 @@ void MatchReplace8(const Checker& c) {
               "nc_match_replace8 writes 8 indices per partition");
 }
 
+// nc_n_gather: one gathered element per index, in data's dtype.
+void NGather(const Checker& c) {
+  using FX = Fields<Op::NGather>;
+  constexpr int d = FX::k<"dst">, a = FX::k<"data">, i = FX::k<"indices">;
+  if (c.dt(d) != c.dt(a))
+    c.fail("dst has dtype " + std::string(dt_name(c.dt(d))) + ", data " + std::string(dt_name(c.dt(a))),
+           "nc_n_gather writes data's dtype");
+  check_elems(c, d, "dst", c.F(d) != c.F(i),
+              "nc_n_gather writes one element per partition for each index");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

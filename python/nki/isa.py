@@ -1004,6 +1004,17 @@ def nc_match_replace8(
     return _result(dst, alloc)
 
 
+def nc_n_gather(dst: NkiTensor = None, data: NkiTensor = None, indices: NkiTensor = None, name=None, **kwargs):
+    """GpSimd: dst[p, j] = data[p, indices[p, j]] within each partition, the free dims of
+    ``data`` flattened; ``indices`` is uint32, ``dst`` takes data's dtype and the shape
+    [P, *indices free dims]. An index outside the partition's data is an error."""
+    if data is None or indices is None:
+        raise TypeError("nc_n_gather(dst=, data=, indices=) needs data and indices")
+    dst, alloc = _dst(dst, (data.shape[0], *indices.shape[1:]), data.dtype)
+    emit("NGather", "gpsimd", {"dst": dst, "data": data, "indices": indices})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1110,7 +1121,6 @@ _NOT_MODELED = {
     "rand_get_state": "random numbers",
     "dma_compute": "DMA compute (reductions in the DMA engines)",
     "local_gather": "GpSimd gathers",
-    "nc_n_gather": "GpSimd gathers",
     "sequence_bounds": "segment bounds",
     "topk": "top-k",
 }
