@@ -350,10 +350,8 @@ bool refine(const View& d, const View& s, Dim* out, int& nd) {
 
 }  // namespace neuron::nki::detail
 
-namespace neuron::nki::isa::exec {
-using namespace detail;
-
 // Shared with exec_collective.cpp (declared in exec_internal.h).
+namespace neuron::nki::detail {
 
 // Copies s into d (dtype conversion through fp32, definedness in checking mode); returns the
 // number of elements derived from never-written memory and the flat index of the first.
@@ -423,7 +421,10 @@ std::string shape_str(const View& v) {
   return s;
 }
 
+}  // namespace neuron::nki::detail
 
+namespace neuron::nki::isa::exec {
+using namespace detail;
 
 void DmaCopy(Ctx& c) {
   using FX = Fields<Op::DmaCopy>;
@@ -437,7 +438,7 @@ void DmaCopy(Ctx& c) {
 
 // The other cores of the logical core: core_barrier and sendrecv meet them through the
 // launch's CoreGroup (a launch without one is a group of one core).
-
+namespace {
 CoreGroup& group_of(Ctx& c, std::unique_ptr<CoreGroup>& own) {
   if (c.opt.group) return *c.opt.group;
   own = std::make_unique<CoreGroup>(1, c.opt.poll_interrupt ? 0 : -1);
@@ -453,7 +454,7 @@ void check_rank(Ctx& c, const char* what, int64_t r, int n) {
                "as kernel[2](...) on a logical core of two NeuronCores, NEURON_LOGICAL_NC_CONFIG=2)",
            "ranks name the NeuronCores of the logical core running the launch");
 }
-
+}  // namespace
 
 void CoreBarrier(Ctx& c) {
   using FX = Fields<Op::CoreBarrier>;
