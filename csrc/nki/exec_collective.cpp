@@ -13,6 +13,7 @@
 #include "exec_internal.h"
 #include "isa.h"
 #include "kernels/collective_reduce.h"
+#include "rendezvous.h"
 #include "runtime/kernel_link.h"
 
 namespace neuron::nki::isa::exec {
