@@ -152,11 +152,14 @@ std::vector<std::string> exchange(Ctx& c, const World& w, const coll::Info& x, c
                                   std::string mine) {
   if (!w.link) return {std::move(mine)};
   rt::CollectiveDesc desc;
-  desc.op = std::string("nki.collectives.") + kind_name(x.kind) + " at " + c.prog.location(c.in());
+  // The kind, replica groups (or pairs) and kernel line are compared as the op's name.
+  desc.op = std::string("nki.collectives.") + kind_name(x.kind) + " over " +
+            (x.kind == coll::Kind::Permute ? coll::pairs_text(x.pairs) : coll::groups_text(x.groups)) + " at " +
+            c.prog.location(c.in());
   desc.dtype = std::string(dt_name(s.dtype));
   desc.reduce = x.kind == coll::Kind::AllReduce || x.kind == coll::Kind::ReduceScatter ||
                         x.kind == coll::Kind::RingReduce
-                    ? std::to_string(static_cast<int>(x.op))
+                    ? std::string(x.op == Alu::Max ? "max" : x.op == Alu::Min ? "min" : "add")
                     : std::string();
   for (int d = 0; d < s.ndim; ++d) desc.shape.push_back(s.num[static_cast<size_t>(d)]);
   desc.numel = static_cast<uint64_t>(s.numel());
@@ -165,7 +168,9 @@ std::vector<std::string> exchange(Ctx& c, const World& w, const coll::Info& x, c
   try {
     return w.link->all_gather(desc, mine);
   } catch (const std::exception& e) {
-    c.fail("runtime", e.what(), "every rank of a replica group makes the same collective calls");
+    c.fail("runtime", e.what(),
+           "the ranks of a replica group make the same collective calls (a rank that fails or exits "
+           "fails its peers)");
   }
 }
 

@@ -122,3 +122,13 @@ def test_mismatched_calls_fail_on_both_ranks_naming_both():
         assert msg.startswith("failed:"), (q, r.stdout)
         assert "rank 0" in msg and "rank 1" in msg, msg
         assert "nki_collectives.py:" in msg, msg  # the kernel line of the calls
+
+
+def test_a_peer_that_exits_makes_the_other_rank_fail():
+    from dist_launch import torchrun
+
+    r = torchrun(os.path.join(HERE, "dist_scripts", "nki_collectives.py"), HERE, nproc=2, args=["peer_dies"],
+                 timeout=300)
+    lines = dict(re.findall(r"rank (\d) (failed: .*|no error)", r.stdout))
+    assert set(lines) == {"0"}, r.stdout + r.stderr
+    assert lines["0"].startswith("failed:") and "rank 1" in lines["0"], lines["0"]

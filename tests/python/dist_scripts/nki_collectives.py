@@ -1,7 +1,9 @@
 """Each rank of a torchrun job (neuron process group) runs NKI kernels with nki.collectives
 and compares their results with numpy's. With argument "mismatch", rank 1 calls all_reduce on
-a tile of another shape than rank 0's: both must fail, naming both ranks."""
+a tile of another shape than rank 0's: both must fail, naming both ranks; with "peer_dies",
+rank 1 exits before its collective and rank 0 must fail (not hang)."""
 
+import os
 import sys
 import traceback
 
@@ -10,6 +12,7 @@ import nki.collectives as ncc
 import nki.isa as nisa
 import nki.language as nl
 import numpy as np
+import torch
 import torch.distributed as dist
 import torch_neuronx  # noqa: F401
 from _out import say
@@ -150,6 +153,10 @@ def main():
         total = total + x  # group order, fp32, like the emulator
     check("all_reduce_hbm", all_reduce_hbm(xs[rank]), total)
     check("all_reduce_sbuf_max", all_reduce_sbuf_max(xs[rank]), np.maximum.reduce(xs))
+    # c10d collectives of the same group interleave with the kernels' (one sequence)
+    t = torch.full((3,), float(rank + 1), device="neuron")
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [world * (world + 1) / 2] * 3
     check("all_gather_hbm_dim0", all_gather_hbm_dim0(xs[rank]), np.concatenate(xs, axis=0))
     check("all_gather_sbuf_dim1", all_gather_sbuf_dim1(xs[rank]), np.concatenate(xs, axis=1))
     blk = xs[0].shape[0] // world
@@ -174,6 +181,17 @@ def all_reduce_rows(x):
     return out
 
 
+def peer_dies():
+    if rank == 1:
+        os._exit(0)  # cleanly (torchrun leaves rank 0 alone), before its collective
+    try:
+        all_reduce_rows(data(rank, (4, 6), 3))
+    except Exception as e:  # noqa: BLE001
+        say(f"rank {rank} failed: " + " ".join(str(e).split()))
+        os._exit(0)
+    say(f"rank {rank} no error")
+
+
 def mismatch():
     x = data(rank, (4 if rank == 0 else 8, 6), 2)
     try:
@@ -186,9 +204,9 @@ def mismatch():
 
 if __name__ == "__main__":
     try:
-        mismatch() if sys.argv[1:] == ["mismatch"] else main()
+        {"mismatch": mismatch, "peer_dies": peer_dies}.get(sys.argv[1] if sys.argv[1:] else "", main)()
     except Exception:
         say(f"rank {rank} error: " + " ".join(traceback.format_exc().split()))
         raise
-    if sys.argv[1:] != ["mismatch"]:
+    if not sys.argv[1:]:
         dist.destroy_process_group()
