@@ -340,7 +340,11 @@ static void collective(const CostCtx& x, InstrCost& c) {
   }
   const Ap& a = x.in.ap[ko];
   const double bytes = static_cast<double>(a.numel() * dt_size(a.dtype));
-  const DeviceTimeParams dp = DeviceTimeParams::for_target(x.prog.target().nc_version, 1, 1);
+  // A logical core's share of its chip's NeuronLink, on the default layout (LNC=2, four
+  // logical cores per Trainium2 chip), as for the c10d collectives.
+  const DeviceTimeParams base;
+  const DeviceTimeParams dp =
+      DeviceTimeParams::for_target(x.prog.target().nc_version, base.lnc, base.logical_cores_per_device);
   // A permute moves each rank's tile once, the cost of one ring step of a two-rank ring.
   const double ns = k == Collective::SendRecv ? collective_ns(k, bytes, 2, dp)
                                               : collective_ns(k, bytes, std::max(1, info.ranks), dp);

@@ -132,3 +132,34 @@ def test_a_peer_that_exits_makes_the_other_rank_fail():
     lines = dict(re.findall(r"rank (\d) (failed: .*|no error)", r.stdout))
     assert set(lines) == {"0"}, r.stdout + r.stderr
     assert lines["0"].startswith("failed:") and "rank 1" in lines["0"], lines["0"]
+
+
+def _reduce_over(groups):
+    g = ncc.ReplicaGroup(groups)
+
+    @nki.jit
+    def k(x):
+        src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm, name="src")
+        nisa.dma_copy(dst=src, src=x)
+        dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm, name="dst")
+        ncc.all_reduce(srcs=[src], dsts=[dst], replica_group=g, op=nl.add)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=dst)
+        return out
+
+    return k
+
+
+def test_all_reduce_estimate_is_a_ring_over_neuronlink_between_the_copies():
+    """docs/cost-model.md: 2(n-1) ring steps of bytes/n, each the step latency (1300 ns) plus
+    its bytes over a logical core's share of NeuronLink (1280 GB/s / 4 logical cores); the copy
+    after the collective waits for it (a rendezvous)."""
+    x = np.zeros((128, 2048), np.float32)  # 1 MiB
+    alone = nki.estimate(_reduce_over([[0]]), x)
+    pair = nki.estimate(_reduce_over([[0, 1]]), x)
+    quad = nki.estimate(_reduce_over([[0, 1, 2, 3]]), x)
+    ring = lambda n: 2 * (n - 1) * (1300 + x.nbytes / n / 320.0)  # noqa: E731
+    # (a group of one costs only the Sync engine's issue, well under 100 ns)
+    assert pair.total_ns - alone.total_ns == pytest.approx(ring(2), abs=100)
+    assert quad.total_ns - alone.total_ns == pytest.approx(ring(4), abs=100)
+    assert quad.total_ns - pair.total_ns == pytest.approx(ring(4) - ring(2), rel=1e-6)
