@@ -34,7 +34,8 @@ class ReplicaGroup:
     def __eq__(self, other) -> bool:
         return isinstance(other, ReplicaGroup) and self.groups == other.groups
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:  # a kernel argument: part of the kernel's specialization key
+        return hash(tuple(tuple(g) for g in self.groups))
 
 
 def _groups_attr(replica_group, api: str) -> int:
