@@ -134,6 +134,17 @@ def test_a_peer_that_exits_makes_the_other_rank_fail():
     assert lines["0"].startswith("failed:") and "rank 1" in lines["0"], lines["0"]
 
 
+def test_a_peer_whose_kernel_fails_makes_the_other_rank_fail_with_its_error():
+    from dist_launch import torchrun
+
+    r = torchrun(os.path.join(HERE, "dist_scripts", "nki_collectives.py"), HERE, nproc=2, args=["peer_fails"],
+                 timeout=300)
+    lines = dict(re.findall(r"rank (\d) (failed: .*|no error)", r.stdout))
+    assert set(lines) == {"0", "1"}, r.stdout + r.stderr
+    assert "uninitialized" in lines["1"], lines["1"]
+    assert lines["0"].startswith("failed:") and "uninitialized" in lines["0"], lines["0"]
+
+
 def _reduce_over(groups):
     g = ncc.ReplicaGroup(groups)
 

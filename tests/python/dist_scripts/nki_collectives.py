@@ -1,7 +1,8 @@
 """Each rank of a torchrun job (neuron process group) runs NKI kernels with nki.collectives
 and compares their results with numpy's. With argument "mismatch", rank 1 calls all_reduce on
 a tile of another shape than rank 0's: both must fail, naming both ranks; with "peer_dies",
-rank 1 exits before its collective and rank 0 must fail (not hang)."""
+rank 1 exits before its collective and rank 0 must fail (not hang); with "peer_fails", rank
+1's kernel fails before its collective and rank 0 must fail naming rank 1's error."""
 
 import os
 import sys
@@ -192,6 +193,31 @@ def peer_dies():
     say(f"rank {rank} no error")
 
 
+@nki.jit
+def fails_first(x, fail):
+    """With fail: copies a never-written tile to the output before the all_reduce (an
+    uninitialized-memory error in the checked first run), so the rank never reaches it."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    if fail:
+        junk = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=out, src=junk)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    ncc.all_reduce(srcs=[t], dsts=[r], replica_group=GROUP, op=nl.add)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def peer_fails():
+    try:
+        fails_first(data(rank, (4, 6), 4), rank == 1)
+    except Exception as e:  # noqa: BLE001
+        say(f"rank {rank} failed: " + " ".join(str(e).split()))
+        os._exit(0)
+    say(f"rank {rank} no error")
+
+
 def mismatch():
     x = data(rank, (4 if rank == 0 else 8, 6), 2)
     try:
@@ -204,7 +230,7 @@ def mismatch():
 
 if __name__ == "__main__":
     try:
-        {"mismatch": mismatch, "peer_dies": peer_dies}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+        {"mismatch": mismatch, "peer_dies": peer_dies, "peer_fails": peer_fails}.get(sys.argv[1] if sys.argv[1:] else "", main)()
     except Exception:
         say(f"rank {rank} error: " + " ".join(traceback.format_exc().split()))
         raise
