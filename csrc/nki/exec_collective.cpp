@@ -32,12 +32,6 @@ World world_of(Ctx& c) {
   if (w.link) {
     w.rank = w.link->rank();
     w.size = w.link->size();
-    if (c.opt.group && c.opt.group->size() > 1)
-      c.fail("unsupported",
-             "runs on a logical core of " + std::to_string(c.opt.group->size()) +
-                 " NeuronCores inside a process group; neuron-emu exchanges between process-"
-                 "group ranks one core per rank only",
-             "launch kernels with collectives across ranks at LNC=1");
   }
   return w;
 }
@@ -165,6 +159,19 @@ std::vector<std::string> exchange(Ctx& c, const World& w, const coll::Info& x, c
   desc.numel = static_cast<uint64_t>(s.numel());
   desc.tensors = 1;
   desc.bytes = mine.size();
+  // At LNC>1 the physical cores of this rank take turns on the link (core s meets core s).
+  CoreGroup* g = c.opt.group && c.opt.group->size() > 1 ? c.opt.group : nullptr;
+  if (g) {
+    desc.op += " (physical core " + std::to_string(c.opt.rank) + ")";
+    g->take_turn(c.opt.rank, {c.prog.instr_name(c.in()), c.prog.location(c.in())});
+  }
+  struct Pass {
+    CoreGroup* g;
+    int rank;
+    ~Pass() {
+      if (g) g->end_turn(rank);
+    }
+  } pass{g, c.opt.rank};
   try {
     return w.link->all_gather(desc, mine);
   } catch (const std::exception& e) {

@@ -106,7 +106,7 @@ def test_two_ranks_run_every_kind_of_collective():
     assert r.returncode == 0, r.stdout + r.stderr
     names = ["all_reduce_hbm", "all_reduce_sbuf_max", "all_gather_hbm_dim0", "all_gather_sbuf_dim1",
              "reduce_scatter_hbm", "all_to_all_hbm", "collective_permute", "collective_permute_implicit",
-             "rank_id_scalar_offset", "current_processing_rank_id"]
+             "rank_id_scalar_offset", "current_processing_rank_id", "lnc2_core_meets_core"]
     ok = set(re.findall(r"rank (\d) ok (\w+)", r.stdout))
     assert ok == {(q, n) for q in "01" for n in names}, r.stdout + r.stderr
 

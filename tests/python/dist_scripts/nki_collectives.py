@@ -138,6 +138,21 @@ def processing_rank_slice(table):
     return out
 
 
+@nki.jit
+def halves_lnc2(x):
+    """kernel[2]: physical core s all-reduces x[s] with core s of the other ranks."""
+    s = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[s])
+    r = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.sbuf)
+    ncc.all_reduce(srcs=[t], dsts=[r], replica_group=GROUP, op=nl.add)
+    g = nl.ndarray((x.shape[1], x.shape[2] * world), dtype=x.dtype, buffer=nl.sbuf)
+    ncc.all_gather(srcs=[t], dsts=[g], replica_group=GROUP, collective_dim=1)
+    nisa.dma_copy(dst=out[s], src=r)
+    return out
+
+
 def data(r, shape, seed):
     return np.random.default_rng(seed * 100 + r).standard_normal(shape).astype(np.float32)
 
@@ -166,6 +181,11 @@ def main():
           np.concatenate([x[rank * blk : (rank + 1) * blk] for x in xs], axis=0))
     check("collective_permute", permute_hbm(xs[rank]), xs[(rank - 1) % world])
     check("collective_permute_implicit", ring_step_sbuf(xs[rank]), xs[(rank - 1) % world])
+    hs = [data(r, (2, 4, 6), 5) for r in range(world)]
+    want = hs[0].copy()
+    for h in hs[1:]:
+        want = want + h
+    check("lnc2_core_meets_core", halves_lnc2[2](hs[rank]), want)
     table = np.arange(world * 2 * 3, dtype=np.float32).reshape(world, 2, 3)
     check("rank_id_scalar_offset", rank_slice(table), table[rank])
     check("current_processing_rank_id", processing_rank_slice(table), table[(rank - 1) % world])
