@@ -1,5 +1,8 @@
 #include "cost_model.h"
 
+#include "collective.h"
+#include "device_time.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -317,6 +320,50 @@ void CoreBarrier(const CostCtx& x, InstrCost& c) {
   c.latency_ns = x.p.dma_fixed_ns;
 }
 
+
+// nki.collectives: collective_ns (device_time.h) of the replica group's ring over NeuronLink
+// for the bytes of the operand it is defined on (the src of all_reduce / reduce_scatter /
+// all_to_all / permutes, the dst of all_gather); a rendezvous of the group (estimate_launch).
+// The group size is the replica group's (static), whatever the job's world.
+static void collective(const CostCtx& x, InstrCost& c) {
+  c.engine = Engine::Sync;
+  coll::Info info;
+  try {
+    info = coll::info_of(x.prog, x.in);
+  } catch (const std::invalid_argument&) {
+    c.ns = x.at_least_mii(1);
+    return;
+  }
+  Collective k = Collective::SendRecv;
+  int ko = info.src;
+  switch (info.kind) {
+    case coll::Kind::AllReduce: k = Collective::AllReduce; break;
+    case coll::Kind::AllGather: k = Collective::AllGather; ko = info.dst; break;
+    case coll::Kind::ReduceScatter: k = Collective::ReduceScatter; break;
+    case coll::Kind::AllToAll: k = Collective::AllToAll; break;
+    default: break;
+  }
+  const Ap& a = x.in.ap[ko];
+  const double bytes = static_cast<double>(a.numel() * dt_size(a.dtype));
+  // A logical core's share of its chip's NeuronLink, on the default layout (LNC=2, four
+  // logical cores per Trainium2 chip), as for the c10d collectives.
+  const DeviceTimeParams base;
+  const DeviceTimeParams dp =
+      DeviceTimeParams::for_target(x.prog.target().nc_version, base.lnc, base.logical_cores_per_device);
+  // A permute moves each rank's tile once, the cost of one ring step of a two-rank ring.
+  const double ns = k == Collective::SendRecv ? collective_ns(k, bytes, 2, dp)
+                                              : collective_ns(k, bytes, std::max(1, info.ranks), dp);
+  c.ns = std::max(x.at_least_mii(1), ns);
+}
+void AllReduce(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void AllGather(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void ReduceScatter(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void AllToAll(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void CollectivePermute(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void PermuteImplicit(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void PermuteImplicitReduce(const CostCtx& x, InstrCost& c) { collective(x, c); }
+void RankId(const CostCtx& x, InstrCost& c) { sync_op(x, c); }
+
 }  // namespace isa::cost
 
 double Estimate::utilization(Engine e) const {
@@ -424,7 +471,12 @@ int lane_of(Engine e) {
 }  // namespace
 
 namespace {
-bool is_rendezvous(Op op) { return op == Op::CoreBarrier || op == Op::SendRecv; }
+// Collectives are rendezvous of a rank's program too: they wait for everything before them and
+// nothing after them starts before they end. Their peers are other ranks' programs, which a
+// launch estimate does not see; within a launch they meet nobody (no release).
+bool is_rendezvous(Op op) {
+  return op == Op::CoreBarrier || op == Op::SendRecv || coll::moves_data(op);
+}
 }  // namespace
 
 Estimate estimate(const Program& prog, const std::vector<ExecRecord>* trace, const CostParams& p,
@@ -565,7 +617,9 @@ std::vector<Estimate> estimate_launch(const std::vector<const Program*>& progs,
         if (!is_rendezvous(in.op)) continue;
         const size_t j = rvs[r].size();
         Rv v{in.op == Op::CoreBarrier, 0, {}};
-        if (v.barrier) {
+        if (coll::moves_data(in.op)) {
+          // A collective meets the other ranks' cores, not this launch's: no peers here.
+        } else if (v.barrier) {
           v.cores = static_cast<uint32_t>(isa::Fields<Op::CoreBarrier>{in}.i<"cores">());
           barriers[r].push_back(j);
         } else {

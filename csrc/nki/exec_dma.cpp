@@ -350,10 +350,8 @@ bool refine(const View& d, const View& s, Dim* out, int& nd) {
 
 }  // namespace neuron::nki::detail
 
-namespace neuron::nki::isa::exec {
-using namespace detail;
-
-namespace {
+// Shared with exec_collective.cpp (declared in exec_internal.h).
+namespace neuron::nki::detail {
 
 // Copies s into d (dtype conversion through fp32, definedness in checking mode); returns the
 // number of elements derived from never-written memory and the flat index of the first.
@@ -423,7 +421,10 @@ std::string shape_str(const View& v) {
   return s;
 }
 
-}  // namespace
+}  // namespace neuron::nki::detail
+
+namespace neuron::nki::isa::exec {
+using namespace detail;
 
 void DmaCopy(Ctx& c) {
   using FX = Fields<Op::DmaCopy>;

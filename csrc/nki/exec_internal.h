@@ -83,6 +83,16 @@ bool make_view(Ctx& c, int k, View& v);
 // Merges free dimensions that are contiguous in memory (keeps dim 0).
 void collapse_free(View& v);
 
+// Shared by the DMA and collective executors (exec_dma.cpp). copy_view copies s into d (dtype
+// conversion through fp32, definedness in checking mode) and returns the number of elements
+// derived from never-written memory (and the flat index of the first); visible_output is the
+// caller-visible HBM tensor operand k writes (null: on chip or kernel-private);
+// note_copied_undefined reports (or remembers) never-written data copied by operand ks.
+int64_t copy_view(View d, View s, int64_t* first_bad);
+const Binding* visible_output(const Ctx& c, int k, const View& v);
+void note_copied_undefined(Ctx& c, int ks, const Binding* out, int64_t bad, int64_t first_bad);
+std::string shape_str(const View& v);
+
 struct Scratch {
   std::vector<float> f[6];
   std::vector<int64_t> i[4];

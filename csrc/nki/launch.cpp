@@ -6,8 +6,10 @@
 #include <exception>
 #include <map>
 
+#include "collective.h"
 #include "error.h"
 #include "rendezvous.h"
+#include "runtime/kernel_link.h"
 #include "runtime/thread_pool.h"
 #include "runtime/topology.h"
 #include "runtime/env.h"
@@ -32,9 +34,36 @@ int physical_cores(const LaunchOptions& opt) {
 
 }  // namespace
 
+namespace {
+std::vector<ExecReport> run_launch_here(const std::vector<const Program*>& programs,
+                                        const std::vector<std::vector<HbmArg>>& args,
+                                        const LaunchOptions& opt);
+
+bool has_collectives(const std::vector<const Program*>& programs) {
+  for (const Program* p : programs)
+    for (const Instr& in : p->instrs())
+      if (coll::moves_data(in.op)) return true;
+  return false;
+}
+}  // namespace
+
 std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
                                    const std::vector<std::vector<HbmArg>>& args,
                                    const LaunchOptions& opt) {
+  try {
+    return run_launch_here(programs, args, opt);
+  } catch (const std::exception& e) {
+    // The other ranks may wait in this kernel's collectives: they fail at once, naming this
+    // rank's error, instead of waiting for the process group's timeout.
+    if (auto link = rt::kernel_link(); link && has_collectives(programs)) link->abort(e.what());
+    throw;
+  }
+}
+
+namespace {
+std::vector<ExecReport> run_launch_here(const std::vector<const Program*>& programs,
+                                        const std::vector<std::vector<HbmArg>>& args,
+                                        const LaunchOptions& opt) {
   if (programs.size() != args.size())
     throw NkiError("runtime", "nki launch", "",
                    "one argument list per program instance expected, got " +
@@ -132,6 +161,7 @@ std::vector<ExecReport> run_launch(const std::vector<const Program*>& programs,
   }
   return reports;
 }
+}  // namespace
 
 CheckPolicy check_policy_from_env() {
   if (const char* sim = std::getenv("NKI_SIMULATOR"); sim && std::string(sim) == "1")

@@ -31,6 +31,8 @@ bool CoreGroup::can_go(int r) const {
     }
     case St::Sent:
       return posted_.find(Key{r, c.to, c.pipe}) == posted_.end();
+    case St::Turn:
+      return turn_ == c.turns * size() + r;
     default:
       return false;
   }
@@ -72,6 +74,10 @@ std::string CoreGroup::describe() const {
       case St::Sent:
         s += "waits in " + at + " for rank " + std::to_string(c.to) +
              " to receive its tile on pipe " + std::to_string(c.pipe);
+        break;
+      case St::Turn:
+        s += "waits in " + at + " for its turn on the process group (its collective " +
+             std::to_string(c.turns + 1) + "; the cores take turns, one collective each)";
         break;
       case St::Done:
         s += "has finished its program";
@@ -158,6 +164,18 @@ void CoreGroup::sendrecv(int rank, int to, int from, int64_t pipe, const detail:
     receive(m);
   }
   wait(lock, rank, St::Sent, site);
+}
+
+void CoreGroup::take_turn(int rank, const Site& site) {
+  std::unique_lock<std::mutex> lock(mu_);
+  wait(lock, rank, St::Turn, site);
+}
+
+void CoreGroup::end_turn(int rank) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++state_[static_cast<size_t>(rank)].turns;
+  ++turn_;
+  cv_.notify_all();
 }
 
 void CoreGroup::finish(int rank) {

@@ -46,18 +46,26 @@ class CoreGroup {
   // n-th of its peer on the same pipe. Throws NkiError.
   void sendrecv(int rank, int to, int from, int64_t pipe, const detail::View& src,
                 const Site& site, const std::function<void(const Message&)>& receive);
+  // Collectives over the process group at LNC>1: the cores of this rank use its one link in
+  // turns (core 0's first collective, core 1's first, core 0's second, ...; the same order on
+  // every rank, so core s meets core s of the others). take_turn() blocks until it is the
+  // core's turn, end_turn() passes it on. Throws NkiError (a core that never takes its turn:
+  // deadlock).
+  void take_turn(int rank, const Site& site);
+  void end_turn(int rank);
   // The core's program ended (normally or not): peers waiting on it fail.
   void finish(int rank);
   void fail(int rank);
 
  private:
-  enum class St { Running, Barrier, Recv, Sent, Done, Failed };
+  enum class St { Running, Barrier, Recv, Sent, Turn, Done, Failed };
   struct Core {
     St st = St::Running;
     int64_t barriers = 0;  // barriers reached
     uint32_t cores = 0;    // St::Barrier: the cores it waits for
     int from = -1, to = -1;
     int64_t pipe = 0;
+    int64_t turns = 0;  // collectives over the process group done
     Site site;
   };
   using Key = std::tuple<int, int, int64_t>;  // from, to, pipe
@@ -77,6 +85,7 @@ class CoreGroup {
   std::map<Key, Post> posted_;  // offered, not yet received
   std::string deadlock_;           // set once when no core can proceed
   int failed_ = -1;
+  int64_t turn_ = 0;  // turns taken by all cores
   int poll_rank_;
   uint64_t epoch_;
 };

@@ -1,7 +1,10 @@
 #include "verify.h"
 
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "collective.h"
 #include "error.h"
 
 namespace neuron::nki::isa {
@@ -673,6 +676,72 @@ void SendRecv(const Checker& c) {
                " elements, src " + std::to_string(c.P(s)) + " x " + std::to_string(c.F(s)),
            "sendrecv src and dst have the same shape");
 }
+
+// nki.collectives: the tensors of one call are all in HBM or all in SBUF, of one dtype, and
+// their sizes follow from the kind and the replica group size n.
+namespace {
+void collective(const Checker& c) {
+  coll::Info x;
+  try {
+    x = coll::info_of(c.prog, c.in);
+  } catch (const std::invalid_argument& e) {
+    c.fail(e.what(), "replica groups list disjoint ranks, every group of the same size");
+  }
+  const Ap &d = c.in.ap[x.dst], &s = c.in.ap[x.src];
+  const std::string rule = "the tensors of a collective are all in HBM or all in SBUF, of one dtype";
+  std::vector<int> ks{x.src};
+  if (x.src1 >= 0) ks.push_back(x.src1);
+  for (int k : ks) {
+    if (c.mem(k) != c.mem(x.dst))
+      c.fail(c.role(k) + " is in " + std::string(mem_name(c.mem(k))) + ", dst in " +
+                 std::string(mem_name(c.mem(x.dst))),
+             rule);
+    if (c.dt(k) != c.dt(x.dst))
+      c.fail(c.role(k) + " is " + std::string(dt_name(c.dt(k))) + ", dst " + std::string(dt_name(c.dt(x.dst))), rule);
+    if (c.in.ap[k].numel() != s.numel())
+      c.fail("src1 has shape " + shape_of(c.in.ap[k]) + ", src " + shape_of(s),
+             "the two sources of a reducing permute have the same shape");
+  }
+  if ((x.kind == coll::Kind::AllToAll || x.kind == coll::Kind::Permute) && c.mem(x.dst) != Mem::Hbm)
+    c.fail("its tensors are in SBUF", std::string(c.def.api) + " moves HBM tensors (SBUF is not supported)");
+  const int64_t n = x.ranks;
+  const bool split = x.kind == coll::Kind::AllGather || x.kind == coll::Kind::ReduceScatter ||
+                     x.kind == coll::Kind::AllToAll;
+  if (split && x.dim >= (x.kind == coll::Kind::AllGather ? s.ndim : s.ndim))
+    c.fail("collective_dim " + std::to_string(x.dim) + " of a " + std::to_string(s.ndim) + "-dimensional src " +
+               shape_of(s),
+           "collective_dim names a dimension of the tensors");
+  int64_t want = s.numel();
+  if (x.kind == coll::Kind::AllGather) want = s.numel() * n;
+  if (x.kind == coll::Kind::ReduceScatter) {
+    if (s.num[x.dim] % n)
+      c.fail("dimension " + std::to_string(x.dim) + " of src " + shape_of(s) + " does not split into " +
+                 std::to_string(n) + " blocks",
+             "reduce_scatter splits collective_dim into one block per rank of the group");
+    want = s.numel() / n;
+  }
+  if (x.kind == coll::Kind::AllToAll && s.num[x.dim] % n)
+    c.fail("dimension " + std::to_string(x.dim) + " of src " + shape_of(s) + " does not split into " +
+               std::to_string(n) + " blocks",
+           "all_to_all splits collective_dim into one block per rank of the group");
+  if (d.numel() != want)
+    c.fail("dst has shape " + shape_of(d) + " (" + std::to_string(d.numel()) + " elements) for src " +
+               shape_of(s) + " and groups of " + std::to_string(n) + " rank(s); expected " +
+               std::to_string(want) + " elements",
+           std::string(c.def.api) + ": dst holds " +
+               (x.kind == coll::Kind::AllGather       ? "every rank's src"
+                : x.kind == coll::Kind::ReduceScatter ? "one block of src"
+                                                      : "a tensor of src's shape"));
+}
+}  // namespace
+
+void AllReduce(const Checker& c) { collective(c); }
+void AllGather(const Checker& c) { collective(c); }
+void ReduceScatter(const Checker& c) { collective(c); }
+void AllToAll(const Checker& c) { collective(c); }
+void CollectivePermute(const Checker& c) { collective(c); }
+void PermuteImplicit(const Checker& c) { collective(c); }
+void PermuteImplicitReduce(const Checker& c) { collective(c); }
 
 }  // namespace check
 }  // namespace neuron::nki::isa

@@ -20,6 +20,22 @@
 
 namespace neuron::torch_glue {
 
+// rt::KernelLink over a neuron process group: the group outlives its registration (the
+// destructor removes it first).
+class GroupKernelLink : public rt::KernelLink {
+ public:
+  explicit GroupKernelLink(ProcessGroupNeuron* pg) : pg_(pg) {}
+  int rank() const override { return pg_->getRank(); }
+  int size() const override { return pg_->getSize(); }
+  std::vector<std::string> all_gather(const rt::CollectiveDesc& desc, const std::string& in) override {
+    return pg_->kernel_all_gather(desc, in);
+  }
+  void abort(const std::string& reason) noexcept override { pg_->kernel_abort(reason); }
+
+ private:
+  ProcessGroupNeuron* pg_;
+};
+
 namespace {
 
 using Op = kernels::CollectiveOp;
@@ -204,9 +220,16 @@ ProcessGroupNeuron::ProcessGroupNeuron(const c10::intrusive_ptr<c10d::Store>& st
       timeout_(o.timeout),
       join_timeout_(std::min(o.timeout, o.join_timeout)) {
   translate_errors([&] { join(store, o.make_gloo); });
+  // The first neuron group of the process is its world group (init_process_group creates it
+  // before any other): NKI kernels' collectives run over it.
+  if (!rt::kernel_link()) {
+    kernel_link_ = std::make_shared<GroupKernelLink>(this);
+    rt::set_kernel_link(kernel_link_);
+  }
 }
 
 ProcessGroupNeuron::~ProcessGroupNeuron() {
+  if (kernel_link_ && rt::kernel_link() == kernel_link_) rt::set_kernel_link(nullptr);
   // Queued operations use this object: let them finish first.
   std::lock_guard<std::mutex> lock(streams_mu_);
   std::vector<rt::Stream*> all = streams_;
@@ -509,6 +532,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
 void ProcessGroupNeuron::run_collective(const rt::CollectiveDesc& desc,
                                         const std::function<void(const std::string&)>& body) {
   const std::string what = str("neuron collective ", desc.op, " #", desc.seq);
+  std::lock_guard<std::mutex> one_at_a_time(exchange_mu_);
   try {
     check_usable();
     shm_->begin(desc);
@@ -528,6 +552,32 @@ void ProcessGroupNeuron::run_collective(const rt::CollectiveDesc& desc,
     fail(e.what());
     throw rt::Error(e.what());
   }
+}
+
+std::vector<std::string> ProcessGroupNeuron::kernel_all_gather(rt::CollectiveDesc desc, const std::string& in) {
+  desc.seq = ++seq_;
+  desc.tensors = std::max<uint32_t>(desc.tensors, 1);
+  std::vector<std::string> out(static_cast<size_t>(size_));
+  run_collective(desc, [&](const std::string& what) {
+    // The lengths first (a rank's contribution may differ in size), then the bytes padded to
+    // the longest.
+    const uint64_t mine = in.size();
+    std::vector<uint64_t> lens(static_cast<size_t>(size_));
+    std::vector<char*> louts;
+    for (auto& l : lens) louts.push_back(reinterpret_cast<char*>(&l));
+    all_gather(fabric_, reinterpret_cast<const char*>(&mine), sizeof mine, louts, what);
+    const uint64_t longest = *std::max_element(lens.begin(), lens.end());
+    std::string padded = in;
+    padded.resize(longest, '\0');
+    std::vector<char*> outs;
+    for (auto& o : out) {
+      o.resize(longest);
+      outs.push_back(o.data());
+    }
+    if (longest) all_gather(fabric_, padded.data(), longest, outs, what);
+    for (size_t r = 0; r < out.size(); ++r) out[r].resize(lens[r]);
+  });
+  return out;
 }
 
 void ProcessGroupNeuron::validate(const rt::CollectiveDesc& desc, GlooLink& link, const std::string& what) {

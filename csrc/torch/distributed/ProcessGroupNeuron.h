@@ -26,6 +26,7 @@
 
 #include "Collectives.h"
 #include "runtime/collective_desc.h"
+#include "runtime/kernel_link.h"
 #include "runtime/shm_comm.h"
 
 namespace neuron::rt {
@@ -99,6 +100,13 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // nki.collectives inside a kernel (rt::KernelLink, registered for the first neuron group of
+  // the process, the world group): every rank contributes `in` (lengths may differ) and gets
+  // every rank's bytes, by rank, after the ranks compared `desc` like a c10d collective's.
+  // Runs on the calling thread (the kernel's), ordered with the group's other collectives.
+  std::vector<std::string> kernel_all_gather(rt::CollectiveDesc desc, const std::string& in);
+  void kernel_abort(const std::string& reason) noexcept { fail(reason); }
+
  private:
   void join(const c10::intrusive_ptr<c10d::Store>& store, const GlooFactory& make_gloo);
   void wait_for_keys(c10d::Store& store, const std::string& what, const std::vector<int>& ranks);
@@ -149,6 +157,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   std::mutex streams_mu_;
   std::vector<rt::Stream*> streams_;  // per device index, created on first use
   std::map<std::tuple<c10::DeviceIndex, int, bool>, rt::Stream*> p2p_streams_;
+  std::mutex exchange_mu_;  // one collective at a time on the fabric (streams, kernels)
+  std::shared_ptr<rt::KernelLink> kernel_link_;  // registered by this group, or null
   std::mutex graveyard_mu_;
   std::vector<at::Tensor> graveyard_;  // tensors of operations abandoned after a failure
 };
