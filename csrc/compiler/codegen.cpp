@@ -700,6 +700,15 @@ class Emitter {
       case Op::atan2:
         op = Opc::Atan2;
         break;
+      case Op::gelu_backward:
+        op = Opc::GeluBackward;
+        break;
+      case Op::gelu_tanh_backward:
+        op = Opc::GeluTanhBackward;
+        break;
+      case Op::silu_backward:
+        op = Opc::SiluBackward;
+        break;
       default:
         fail(rt::str("no VM op for '", op_name(n.op), "' on ", dtype_short(out)));
     }

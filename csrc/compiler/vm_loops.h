@@ -74,6 +74,7 @@ const LoopTable* loops_avx2();  // nullptr when the CPU lacks AVX2/FMA/F16C
 // ======================================================================================
 // Implementation, compiled once per target in its own namespace (VM_LOOPS_NS) so the two
 // translation units never share a symbol.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -125,6 +126,31 @@ void u_eager(float* d, const float* a, int64_t n) {
   }();
   const void* in[1] = {a};
   fn(kernels::EwParams{}, d, in, n);
+}
+
+// Binary eager loop; a broadcast scalar operand (mode 1: a, 2: b, 3: both) is splatted into a
+// block so the kernel always sees two dense inputs.
+template <kernels::EwOp Op>
+void b_eager(float* d, const float* a, const float* b, int64_t n, int mode) {
+  static const kernels::EwF32Fn fn = [] {
+    const kernels::EwF32Fn f = kernels::ew_f32_kernel(Op, kAvx2Clone);
+    if (!f) throw std::logic_error(std::string("VM: no fp32 kernel for ") + kernels::ew_name(Op));
+    return f;
+  }();
+  if (mode == 0) {
+    const void* in[2] = {a, b};
+    fn(kernels::EwParams{}, d, in, n);
+    return;
+  }
+  constexpr int64_t kBlock = 256;
+  float sa[kBlock], sb[kBlock];
+  if (mode & 1) std::fill(sa, sa + kBlock, a[0]);
+  if (mode & 2) std::fill(sb, sb + kBlock, b[0]);
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    const void* in[2] = {(mode & 1) ? sa : a + i, (mode & 2) ? sb : b + i};
+    fn(kernels::EwParams{}, d + i, in, m);
+  }
 }
 
 
@@ -780,6 +806,9 @@ LoopTable make_table(const char* isa) {
   B(Opc::Max, b_max);
   B(Opc::Min, b_min);
   B(Opc::Atan2, b_atan2);
+  B(Opc::GeluBackward, b_eager<kernels::EwOp::GeluBackward>);
+  B(Opc::GeluTanhBackward, b_eager<kernels::EwOp::GeluTanhBackward>);
+  B(Opc::SiluBackward, b_eager<kernels::EwOp::SiluBackward>);
   B(Opc::Eq, b_eq);
   B(Opc::Ne, b_ne);
   B(Opc::Lt, b_lt);

@@ -500,6 +500,17 @@ def _threshold_backward(L, n, grad, x, threshold):
     return L.op1("where", [keep, grad, L.operand(0.0, out)], out_dtype=out)
 
 
+@rule(aten.gelu_backward)
+def _gelu_backward(L, n, grad, x, approximate="none"):
+    op = "gelu_tanh_backward" if approximate == "tanh" else "gelu_backward"
+    return L.op1(op, [grad, x], out_dtype=_out_dtype(n))
+
+
+@rule(aten.silu_backward)
+def _silu_backward(L, n, grad, x):
+    return L.op1("silu_backward", [grad, x], out_dtype=_out_dtype(n))
+
+
 @rule(aten.sigmoid_backward)
 def _sigmoid_backward(L, n, grad, y):
     out = _out_dtype(n)
