@@ -126,6 +126,26 @@ def test_training_gradients(dtype, fresh_compile):
         _assert_bitwise(a, b)
 
 
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "silu"])
+def test_activation_backward(name, dtype, fresh_compile):
+    """GELU/SiLU backward compiled whole (not decomposed): the eager kernels' bits, including a
+    broadcast incoming gradient (the backward of .sum())."""
+    f, (lo, hi) = ELEMENTWISE[name]
+
+    def grad(fn, reduce):
+        x = _x((5, 203), lo, hi).to(dtype).to("neuron").requires_grad_()
+        y = fn(x)
+        (y.sum() if reduce else (y * _x((5, 203), seed=7).to(dtype).to("neuron")).sum()).backward()
+        return x.grad
+
+    for reduce in (True, False):
+        want = grad(f, reduce)
+        got = grad(torch.compile(f, backend="neuron"), reduce)
+        _assert_bitwise(got, want)
+    assert torch.neuron.get_dynamo_metrics()["aot_graphs"]["backward"] >= 1
+
 CONV = {
     "conv1d": (lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), (2, 3, 19), (4, 3, 3)),
     "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1, dilation=(1, 2)), (2, 4, 9, 11), (6, 4, 3, 3)),
