@@ -489,7 +489,10 @@ void Program::resolve() {
         const int64_t pitch = b.mem == Mem::Sbuf ? sbuf_pitch(target_) : psum_pitch(target_);
         const int64_t fa = b.bytes_per_partition / es;
         const int64_t p0 = a.offset / fa, f0 = a.offset % fa;
-        p.byte_off = p0 * pitch + b.addr + f0 * es;
+        // A manually placed tensor (address=(partition, offset)) starts at its partition: tensors
+        // on disjoint partition ranges may share byte offsets.
+        const int64_t base = std::max<int64_t>(b.fixed_partition, 0) * pitch + b.addr;
+        p.byte_off = p0 * pitch + base + f0 * es;
         p.stride[0] = a.step[0] == 0 ? 0 : pitch;
         for (int d = 1; d < a.ndim; ++d) p.stride[d] = a.step[d] * es;
         // Dynamic offsets are re-split into partition and free parts at run time.
@@ -507,8 +510,8 @@ void Program::resolve() {
       p.limit = b.total_bytes / es;
       if (b.mem != Mem::Hbm) {
         p.fa = b.bytes_per_partition / es;
-        p.addr = b.addr;
         p.pitch = b.mem == Mem::Sbuf ? sbuf_pitch(target_) : psum_pitch(target_);
+        p.addr = std::max<int64_t>(b.fixed_partition, 0) * p.pitch + b.addr;
         for (int d = 1; d < a.ndim; ++d) {
           const int64_t ext = a.step[d] * (a.num[d] - 1);
           (ext < 0 ? p.flo : p.fhi) += ext;

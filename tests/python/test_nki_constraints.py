@@ -194,6 +194,27 @@ def test_overlap_of_live_manually_placed_tensors():
     expect(k, (X,), "overlaps live tensor 'sbuf_0'", "bytes [512, 1536)", "do not overlap", marker="# MARK")
 
 
+def test_manually_placed_tensors_on_disjoint_partitions_share_bytes():
+    # Tensors placed at the same byte offset on disjoint partition ranges are distinct memory:
+    # each starts at its own partition (it used to alias partition 0 onwards).
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        b = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf, address=(64, 0))
+        nisa.dma_copy(dst=a, src=x[0:64, :])
+        nisa.dma_copy(dst=b, src=x[64:128, :])
+        nisa.tensor_scalar(dst=b, data=b, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[0:64, :], src=a)
+        nisa.dma_copy(dst=out[64:128, :], src=b)
+        return out
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    want = x.copy()
+    want[64:] *= 2.0
+    np.testing.assert_array_equal(np.asarray(k(x)), want)
+
+
 def test_psum_manual_placement_on_bank_boundary():
     @nki.jit
     def k(x):
