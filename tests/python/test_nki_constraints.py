@@ -215,6 +215,26 @@ def test_manually_placed_tensors_on_disjoint_partitions_share_bytes():
     np.testing.assert_array_equal(np.asarray(k(x)), want)
 
 
+def test_sbuf_tensors_on_disjoint_partition_ranges_share_capacity():
+    # Five live (64, 48 KiB) tensors do not fit on one partition range (240 KiB per partition of
+    # 224 KiB), but the fifth fits beside the others on partitions [64, 128).
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((320, 64), nl.float32, buffer=nl.shared_hbm)
+        n = 48 * 1024 // 4
+        tiles = [nl.ndarray((64, n), nl.float32, buffer=nl.sbuf) for _ in range(5)]
+        for i, t in enumerate(tiles):
+            nisa.memset(dst=t, value=float(i + 1))
+        for i, t in enumerate(tiles):
+            nisa.tensor_scalar(dst=t[:, 0:64], data=t[:, 0:64], op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out[i * 64 : (i + 1) * 64, :], src=t[:, 0:64])
+        return out
+
+    y = np.asarray(k(X))
+    want = np.repeat(np.arange(1, 6, dtype=np.float32) * 2.0, 64)[:, None] * np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_psum_manual_placement_on_bank_boundary():
     @nki.jit
     def k(x):
