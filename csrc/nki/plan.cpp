@@ -83,8 +83,8 @@ Box box_of(const Program& prog, const Phys& ph) {
   const Buffer& buf = prog.buffers()[static_cast<size_t>(ph.buf)];
   const int64_t pitch = ph.pitch;
   if (ph.reg >= 0) {  // anywhere inside its tensor
-    b.p0 = 0;
-    b.p1 = buf.partitions - 1;
+    b.p0 = buf.part0;
+    b.p1 = b.p0 + buf.partitions - 1;
     b.b0 = buf.addr;
     b.b1 = buf.addr + buf.bytes_per_partition;
     return b;

@@ -387,9 +387,25 @@ void Program::allocate() {
     std::vector<int32_t> live;
     auto extent = [&](const Buffer& b) { return align_up(b.bytes_per_partition, align); };
     auto prange = [&](const Buffer& b) {
-      return b.fixed_offset >= 0
-                 ? std::pair<int64_t, int64_t>{b.fixed_partition, b.fixed_partition + b.partitions}
-                 : std::pair<int64_t, int64_t>{0, target_.partitions};
+      return std::pair<int64_t, int64_t>{b.part0, b.part0 + b.partitions};
+    };
+    // First fit of `b` at partitions [p0, p0 + partitions) among the live tensors that share a
+    // partition with it (every live tensor when `all_partitions`).
+    auto first_fit = [&](const Buffer& b, const std::vector<int32_t>& live, int64_t p0,
+                         bool all_partitions) {
+      std::vector<std::pair<int64_t, int64_t>> used;
+      for (int32_t o : live) {
+        const auto [q0, q1] = prange(buffers_[o]);
+        if (all_partitions || (p0 < q1 && q0 < p0 + b.partitions))
+          used.emplace_back(buffers_[o].addr, buffers_[o].addr + extent(buffers_[o]));
+      }
+      std::sort(used.begin(), used.end());
+      int64_t addr = 0;
+      for (auto [lo, hi] : used) {
+        if (addr + extent(b) <= lo) break;
+        addr = std::max(addr, align_up(hi, align));
+      }
+      return addr;
     };
     for (int32_t id : order) {
       Buffer& b = buffers_[id];
@@ -397,6 +413,7 @@ void Program::allocate() {
       const Instr& at = instrs_[b.first_use];
       const std::string mname(mem_name(mem));
       if (b.fixed_offset >= 0) {
+        b.part0 = b.fixed_partition;
         // Manually placed tensors overlap only if the bytes they occupy do: the hardware
         // addresses SBUF per byte (the allocator's 64-byte rounding is a packing choice, not a
         // rule) and PSUM tensors already start at bank boundaries.
@@ -421,15 +438,22 @@ void Program::allocate() {
         }
         b.addr = b.fixed_offset;
       } else {
-        std::vector<std::pair<int64_t, int64_t>> used;
-        for (int32_t o : live)
-          used.emplace_back(buffers_[o].addr, buffers_[o].addr + extent(buffers_[o]));
-        std::sort(used.begin(), used.end());
-        int64_t addr = 0;
-        for (auto [lo, hi] : used) {
-          if (addr + extent(b) <= lo) break;
-          addr = std::max(addr, align_up(hi, align));
-        }
+        // Tensors start at partition 0 and first fit the bytes no live tensor uses. When that
+        // does not fit, a tensor of fewer partitions may start at a partition quadrant (0, 32,
+        // 64, 96) beside live tensors on other partitions: SBUF is 128 partitions x bytes, and
+        // tensors on disjoint partition ranges can share bytes.
+        b.part0 = 0;
+        int64_t addr = first_fit(b, live, 0, true);
+        const int64_t quadrant = target_.partitions / 4;
+        if (addr + extent(b) > cap && mem == Mem::Sbuf && b.partitions < target_.partitions)
+          for (int64_t p0 = 0; p0 + b.partitions <= target_.partitions; p0 += quadrant) {
+            const int64_t a = first_fit(b, live, p0, false);
+            if (a + extent(b) <= cap) {
+              addr = a;
+              b.part0 = p0;
+              break;
+            }
+          }
         if (addr + extent(b) > cap) {
           int64_t total = extent(b);
           for (int32_t o : live) total += extent(buffers_[o]);
@@ -489,7 +513,10 @@ void Program::resolve() {
         const int64_t pitch = b.mem == Mem::Sbuf ? sbuf_pitch(target_) : psum_pitch(target_);
         const int64_t fa = b.bytes_per_partition / es;
         const int64_t p0 = a.offset / fa, f0 = a.offset % fa;
-        p.byte_off = p0 * pitch + b.addr + f0 * es;
+        // A manually placed tensor (address=(partition, offset)) starts at its partition: tensors
+        // on disjoint partition ranges may share byte offsets.
+        const int64_t base = b.part0 * pitch + b.addr;
+        p.byte_off = p0 * pitch + base + f0 * es;
         p.stride[0] = a.step[0] == 0 ? 0 : pitch;
         for (int d = 1; d < a.ndim; ++d) p.stride[d] = a.step[d] * es;
         // Dynamic offsets are re-split into partition and free parts at run time.
@@ -507,8 +534,8 @@ void Program::resolve() {
       p.limit = b.total_bytes / es;
       if (b.mem != Mem::Hbm) {
         p.fa = b.bytes_per_partition / es;
-        p.addr = b.addr;
         p.pitch = b.mem == Mem::Sbuf ? sbuf_pitch(target_) : psum_pitch(target_);
+        p.addr = b.part0 * p.pitch + b.addr;
         for (int d = 1; d < a.ndim; ++d) {
           const int64_t ext = a.step[d] * (a.num[d] - 1);
           (ext < 0 ? p.flo : p.fhi) += ext;

@@ -128,6 +128,7 @@ struct Buffer {
   int64_t total_bytes = 0;
   // Set by finalize().
   int64_t addr = -1;  // on-chip: byte offset inside each partition
+  int64_t part0 = 0;  // on-chip: first partition it occupies
   int32_t first_use = -1, last_use = -1;
   bool written = false;  // some instruction writes it
 };

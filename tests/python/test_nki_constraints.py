@@ -194,6 +194,47 @@ def test_overlap_of_live_manually_placed_tensors():
     expect(k, (X,), "overlaps live tensor 'sbuf_0'", "bytes [512, 1536)", "do not overlap", marker="# MARK")
 
 
+def test_manually_placed_tensors_on_disjoint_partitions_share_bytes():
+    # Tensors placed at the same byte offset on disjoint partition ranges are distinct memory:
+    # each starts at its own partition (it used to alias partition 0 onwards).
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf, address=(0, 0))
+        b = nl.ndarray((64, 64), nl.float32, buffer=nl.sbuf, address=(64, 0))
+        nisa.dma_copy(dst=a, src=x[0:64, :])
+        nisa.dma_copy(dst=b, src=x[64:128, :])
+        nisa.tensor_scalar(dst=b, data=b, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[0:64, :], src=a)
+        nisa.dma_copy(dst=out[64:128, :], src=b)
+        return out
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    want = x.copy()
+    want[64:] *= 2.0
+    np.testing.assert_array_equal(np.asarray(k(x)), want)
+
+
+def test_sbuf_tensors_on_disjoint_partition_ranges_share_capacity():
+    # Five live (64, 48 KiB) tensors do not fit on one partition range (240 KiB per partition of
+    # 224 KiB), but the fifth fits beside the others on partitions [64, 128).
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((320, 64), nl.float32, buffer=nl.shared_hbm)
+        n = 48 * 1024 // 4
+        tiles = [nl.ndarray((64, n), nl.float32, buffer=nl.sbuf) for _ in range(5)]
+        for i, t in enumerate(tiles):
+            nisa.memset(dst=t, value=float(i + 1))
+        for i, t in enumerate(tiles):
+            nisa.tensor_scalar(dst=t[:, 0:64], data=t[:, 0:64], op0=nl.multiply, operand0=2.0)
+            nisa.dma_copy(dst=out[i * 64 : (i + 1) * 64, :], src=t[:, 0:64])
+        return out
+
+    y = np.asarray(k(X))
+    want = np.repeat(np.arange(1, 6, dtype=np.float32) * 2.0, 64)[:, None] * np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_psum_manual_placement_on_bank_boundary():
     @nki.jit
     def k(x):
