@@ -1166,6 +1166,56 @@ void local_gather(Ctx& c, Views& w) {
   }
 }
 
+// sequence_bounds: over the runs of equal ids x[0, n) (int32 ids compared as integers, float32
+// ids as floats), o[i] = start of i's run and o[n + i] = one past its end; id 0 is padding
+// (n, -1). Returns the index of the first negative id, or -1.
+template <class T>
+int64_t bounds_of_runs(const T* x, int64_t n, int64_t* o) {
+  int64_t neg = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] < T(0) && neg < 0) neg = i;
+    o[i] = x[i] == T(0) ? n : (i > 0 && x[i] == x[i - 1] ? o[i - 1] : i);
+  }
+  for (int64_t i = n - 1; i >= 0; --i)
+    o[n + i] = x[i] == T(0) ? -1 : (i + 1 < n && x[i] == x[i + 1] ? o[n + i + 1] : i + 1);
+  return neg;
+}
+
+// A negative id is a runtime error (the hardware requires non-negative ids).
+void sequence_bounds(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::SequenceBounds>;
+  View &d = w.v[FX::k<"dst">], &s = w.v[FX::k<"segment_ids">];
+  const int64_t n = s.free();
+  std::vector<int64_t> bad(static_cast<size_t>(s.parts()), -1);
+  for_partitions(s.parts(), 2 * n, [&](int64_t p) {
+    Scratch& sc = scratch();
+    int64_t* o = sc.ib(0, 2 * n);
+    if (dt_is_int(s.dtype)) {
+      int64_t* x = sc.ib(1, n);
+      load_row_i(s, p, x);
+      bad[static_cast<size_t>(p)] = bounds_of_runs(x, n, o);
+    } else {
+      float* x = sc.fb(0, n);
+      load_row(s, p, x);
+      bad[static_cast<size_t>(p)] = bounds_of_runs(x, n, o);
+    }
+    store_row_i(d, p, o);
+    if (c.check) {
+      uint8_t* ds = sc.db(0, n);
+      load_def_row(s, p, ds);
+      const bool ok = all_defined(ds, n);
+      uint8_t* od = sc.db(1, 2 * n);
+      std::fill(od, od + 2 * n, static_cast<uint8_t>(ok));
+      if (!ok) c.note_undefined(FX::k<"segment_ids">);
+      store_def_row(d, p, od);
+    }
+  });
+  for (int64_t b : bad)
+    if (b >= 0)
+      c.fail("runtime", "segment id at index " + std::to_string(b) + " of segment_ids is negative",
+             "sequence_bounds segment ids are non-negative (0 is padding)");
+}
+
 // Source rows are read before any is written (dst may be src: an in-place shuffle).
 void stream_shuffle(Ctx& c, Views& w) {
   View &d = w.v[0], &s = w.v[1];
@@ -1219,6 +1269,7 @@ void TensorCopy(Ctx& c) { run_views<tensor_copy>(c); }
 void StreamShuffle(Ctx& c) { run_views<stream_shuffle>(c); }
 void NGather(Ctx& c) { run_views<n_gather>(c); }
 void LocalGather(Ctx& c) { run_views<local_gather>(c); }
+void SequenceBounds(Ctx& c) { run_views<sequence_bounds>(c); }
 void Memset(Ctx& c) { run_views<memset_op>(c); }
 void Iota(Ctx& c) { run_views<iota>(c); }
 void AffineSelect(Ctx& c) { run_views<affine_select>(c); }

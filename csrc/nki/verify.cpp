@@ -647,6 +647,16 @@ void LocalGather(const Checker& c) {
               "local_gather writes num_valid_indices * num_elem_per_idx elements per partition");
 }
 
+// sequence_bounds: one partition; a (start, end) pair per segment id.
+void SequenceBounds(const Checker& c) {
+  using FX = Fields<Op::SequenceBounds>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"segment_ids">;
+  if (c.P(s) != 1)
+    c.fail("segment_ids has " + std::to_string(c.P(s)) + " partitions", "sequence_bounds works on one partition");
+  check_elems(c, d, "dst", c.F(d) != 2 * c.F(s),
+              "sequence_bounds writes a start and an end index per segment id ([1, 2, n])");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

@@ -1053,6 +1053,19 @@ def local_gather(
     return _result(dst, alloc)
 
 
+def sequence_bounds(dst: NkiTensor = None, segment_ids: NkiTensor = None, name=None, **kwargs):
+    """GpSimd: for each element i of the one-partition ``segment_ids`` [1, n] (float32 or int32),
+    ``dst[0, 0, i]`` is the first index and ``dst[0, 1, i]`` one past the last index of the run
+    of equal ids containing i; padding elements (id 0) get n and -1. ``dst`` [1, 2, n] is float32
+    or int32 (default: segment_ids' dtype). A negative id is an error."""
+    if not isinstance(segment_ids, NkiTensor):
+        raise TypeError("sequence_bounds(dst=, segment_ids=) needs a segment_ids tile")
+    n = math.prod(segment_ids.shape[1:])
+    dst, alloc = _dst(dst, (segment_ids.shape[0], 2, n), segment_ids.dtype)
+    emit("SequenceBounds", "gpsimd", {"dst": dst, "segment_ids": segment_ids})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1158,7 +1171,6 @@ _NOT_MODELED = {
     "rand_set_state": "random numbers",
     "rand_get_state": "random numbers",
     "dma_compute": "DMA compute (reductions in the DMA engines)",
-    "sequence_bounds": "segment bounds",
     "topk": "top-k",
 }
 
