@@ -295,6 +295,17 @@ void NGather(const CostCtx& x, InstrCost& c) {
   c.ns = cyc(150.0 + static_cast<double>(x.in.ap[Fields<Op::NGather>::k<"dst">].free_size()),
              x.p.gpsimd_ghz);
 }
+// Assumption (cost-model.md): the iota fixed cost plus one index per cycle on each GpSimd core
+// (the num_elem_per_idx contiguous elements of an index are read together).
+void LocalGather(const CostCtx& x, InstrCost& c) {
+  const Fields<Op::LocalGather> f{x.in};
+  c.ns = cyc(150.0 + static_cast<double>(f.i<"num_valid_indices">()), x.p.gpsimd_ghz);
+}
+// Assumption (cost-model.md): the iota fixed cost plus a forward and a backward scan of the ids.
+void SequenceBounds(const CostCtx& x, InstrCost& c) {
+  c.ns = cyc(150.0 + 2.0 * static_cast<double>(x.in.ap[Fields<Op::SequenceBounds>::k<"segment_ids">].free_size()),
+             x.p.gpsimd_ghz);
+}
 void StreamShuffle(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 
 void BnAggr(const CostCtx& x, InstrCost& c) {

@@ -1097,6 +1097,125 @@ void n_gather(Ctx& c, Views& w) {
   }
 }
 
+// local_gather: core g (partitions [16g, 16g + 16)) flattens its index rows partition-first
+// (idx[f * 16 + q] = index[16g + q, f]) and keeps the first nv; each of its partitions then
+// copies, for each idx[j], the ne contiguous elements starting there (bit-exact). An index whose
+// elements run past the partition's data is a runtime error (undefined on the hardware).
+void local_gather(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::LocalGather>;
+  const FX f{c.in()};
+  View &d = w.v[FX::k<"dst">], &s = w.v[FX::k<"src_buffer">], &ix = w.v[FX::k<"index">];
+  const int64_t P = s.parts(), F = s.free(), NI = ix.free();
+  const int64_t ne = f.i<"num_elem_per_idx">(), nv = f.i<"num_valid_indices">();
+  const int64_t cores = P / 16;
+  const int es = s.es;
+  std::vector<int64_t> idx(static_cast<size_t>(cores * nv));
+  std::vector<uint8_t> idef(c.check ? idx.size() : 0);
+  int64_t bad = -1;  // first out-of-range position in idx
+  {
+    Scratch& sc = scratch();
+    int64_t* rows = sc.ib(0, 16 * NI);
+    uint8_t* drows = c.check ? sc.db(0, 16 * NI) : nullptr;
+    for (int64_t g = 0; g < cores; ++g) {
+      gather_i64(ix, 16 * g, 16, rows);
+      if (c.check) gather_def(ix, 16 * g, 16, drows);
+      for (int64_t j = 0; j < nv; ++j) {
+        const int64_t q = j % 16, fi = j / 16;
+        const size_t at = static_cast<size_t>(g * nv + j);
+        idx[at] = rows[q * NI + fi];
+        if (c.check) idef[at] = drows[q * NI + fi];
+        if (bad < 0 && (idx[at] < 0 || idx[at] + ne > F)) bad = static_cast<int64_t>(at);
+      }
+    }
+  }
+  for_partitions(P, F + nv * ne, [&](int64_t p) {
+    Scratch& sc = scratch();
+    uint8_t* x = sc.db(0, F * es);
+    uint8_t* o = sc.db(1, nv * ne * es);
+    gather_bytes(s, p, x);
+    const int64_t* k = idx.data() + (p / 16) * nv;
+    for (int64_t j = 0; j < nv; ++j) {
+      uint8_t* oj = o + j * ne * es;
+      if (k[j] < 0 || k[j] + ne > F)
+        std::memset(oj, 0, static_cast<size_t>(ne * es));
+      else
+        std::memcpy(oj, x + k[j] * es, static_cast<size_t>(ne * es));
+    }
+    scatter_bytes(d, p, o);
+    if (c.check) {
+      uint8_t* ds = sc.db(2, F);
+      uint8_t* od = sc.db(3, nv * ne);
+      load_def_row(s, p, ds);
+      const uint8_t* kd = idef.data() + (p / 16) * nv;
+      for (int64_t j = 0; j < nv; ++j) {
+        const bool in_range = k[j] >= 0 && k[j] + ne <= F;
+        for (int64_t e = 0; e < ne; ++e)
+          od[j * ne + e] = static_cast<uint8_t>(kd[j] && in_range && ds[k[j] + e]);
+      }
+      if (!all_defined(od, nv * ne)) c.note_undefined(FX::k<"src_buffer">);
+      store_def_row(d, p, od);
+    }
+  });
+  if (bad >= 0) {
+    const int64_t g = bad / nv, j = bad % nv;
+    c.fail("runtime",
+           "index " + std::to_string(idx[static_cast<size_t>(bad)]) + " (index[" + std::to_string(16 * g + j % 16) +
+               ", " + std::to_string(j / 16) + "]) reads " + std::to_string(ne) + " elements past the " +
+               std::to_string(F) + " elements per partition of src_buffer",
+           "local_gather indices i satisfy i + num_elem_per_idx <= src_buffer elements per partition");
+  }
+}
+
+// sequence_bounds: over the runs of equal ids x[0, n) (int32 ids compared as integers, float32
+// ids as floats), o[i] = start of i's run and o[n + i] = one past its end; id 0 is padding
+// (n, -1). Returns the index of the first negative id, or -1.
+template <class T>
+int64_t bounds_of_runs(const T* x, int64_t n, int64_t* o) {
+  int64_t neg = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] < T(0) && neg < 0) neg = i;
+    o[i] = x[i] == T(0) ? n : (i > 0 && x[i] == x[i - 1] ? o[i - 1] : i);
+  }
+  for (int64_t i = n - 1; i >= 0; --i)
+    o[n + i] = x[i] == T(0) ? -1 : (i + 1 < n && x[i] == x[i + 1] ? o[n + i + 1] : i + 1);
+  return neg;
+}
+
+// A negative id is a runtime error (the hardware requires non-negative ids).
+void sequence_bounds(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::SequenceBounds>;
+  View &d = w.v[FX::k<"dst">], &s = w.v[FX::k<"segment_ids">];
+  const int64_t n = s.free();
+  std::vector<int64_t> bad(static_cast<size_t>(s.parts()), -1);
+  for_partitions(s.parts(), 2 * n, [&](int64_t p) {
+    Scratch& sc = scratch();
+    int64_t* o = sc.ib(0, 2 * n);
+    if (dt_is_int(s.dtype)) {
+      int64_t* x = sc.ib(1, n);
+      load_row_i(s, p, x);
+      bad[static_cast<size_t>(p)] = bounds_of_runs(x, n, o);
+    } else {
+      float* x = sc.fb(0, n);
+      load_row(s, p, x);
+      bad[static_cast<size_t>(p)] = bounds_of_runs(x, n, o);
+    }
+    store_row_i(d, p, o);
+    if (c.check) {
+      uint8_t* ds = sc.db(0, n);
+      load_def_row(s, p, ds);
+      const bool ok = all_defined(ds, n);
+      uint8_t* od = sc.db(1, 2 * n);
+      std::fill(od, od + 2 * n, static_cast<uint8_t>(ok));
+      if (!ok) c.note_undefined(FX::k<"segment_ids">);
+      store_def_row(d, p, od);
+    }
+  });
+  for (int64_t b : bad)
+    if (b >= 0)
+      c.fail("runtime", "segment id at index " + std::to_string(b) + " of segment_ids is negative",
+             "sequence_bounds segment ids are non-negative (0 is padding)");
+}
+
 // Source rows are read before any is written (dst may be src: an in-place shuffle).
 void stream_shuffle(Ctx& c, Views& w) {
   View &d = w.v[0], &s = w.v[1];
@@ -1149,6 +1268,8 @@ using namespace detail;
 void TensorCopy(Ctx& c) { run_views<tensor_copy>(c); }
 void StreamShuffle(Ctx& c) { run_views<stream_shuffle>(c); }
 void NGather(Ctx& c) { run_views<n_gather>(c); }
+void LocalGather(Ctx& c) { run_views<local_gather>(c); }
+void SequenceBounds(Ctx& c) { run_views<sequence_bounds>(c); }
 void Memset(Ctx& c) { run_views<memset_op>(c); }
 void Iota(Ctx& c) { run_views<iota>(c); }
 void AffineSelect(Ctx& c) { run_views<affine_select>(c); }

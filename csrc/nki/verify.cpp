@@ -624,6 +624,39 @@ void NGather(const Checker& c) {
               "nc_n_gather writes one element per partition for each index");
 }
 
+// local_gather: partitions in whole GpSimd cores (16 each), 1 to 32 elements per index, at most
+// 4096 valid indices per core (no more than the core's index slice holds), in src's dtype.
+void LocalGather(const Checker& c) {
+  using FX = Fields<Op::LocalGather>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"src_buffer">, i = FX::k<"index">;
+  const FX f{c.in};
+  const int64_t ne = f.i<"num_elem_per_idx">(), nv = f.i<"num_valid_indices">();
+  if (c.dt(d) != c.dt(s))
+    c.fail("dst has dtype " + std::string(dt_name(c.dt(d))) + ", src_buffer " + std::string(dt_name(c.dt(s))),
+           "local_gather writes src_buffer's dtype");
+  if (c.P(s) % 16 != 0)
+    c.fail("src_buffer has " + std::to_string(c.P(s)) + " partitions",
+           "local_gather works on whole GpSimd cores (a multiple of 16 partitions)");
+  if (ne < 1 || ne > 32 || (ne & (ne - 1)) != 0)
+    c.fail("num_elem_per_idx is " + std::to_string(ne), "local_gather reads 1, 2, 4, 8, 16 or 32 elements per index");
+  if (nv < 1 || nv > 16 * c.F(i) || nv > 4096)
+    c.fail("num_valid_indices is " + std::to_string(nv) + " (the index slice of a core holds " +
+               std::to_string(16 * c.F(i)) + ")",
+           "local_gather uses 1 to min(4096, 16 * index elements per partition) indices per core");
+  check_elems(c, d, "dst", c.F(d) != nv * ne,
+              "local_gather writes num_valid_indices * num_elem_per_idx elements per partition");
+}
+
+// sequence_bounds: one partition; a (start, end) pair per segment id.
+void SequenceBounds(const Checker& c) {
+  using FX = Fields<Op::SequenceBounds>;
+  constexpr int d = FX::k<"dst">, s = FX::k<"segment_ids">;
+  if (c.P(s) != 1)
+    c.fail("segment_ids has " + std::to_string(c.P(s)) + " partitions", "sequence_bounds works on one partition");
+  check_elems(c, d, "dst", c.F(d) != 2 * c.F(s),
+              "sequence_bounds writes a start and an end index per segment id ([1, 2, n])");
+}
+
 void Max8(const Checker& c) {
   using FX = Fields<Op::Max8>;
   constexpr int d = FX::k<"dst">, s = FX::k<"data">;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import math
 
 from . import _dtypes as _dt
 from . import _tracer
@@ -1015,6 +1016,56 @@ def nc_n_gather(dst: NkiTensor = None, data: NkiTensor = None, indices: NkiTenso
     return _result(dst, alloc)
 
 
+def local_gather(
+    dst: NkiTensor = None,
+    src_buffer: NkiTensor = None,
+    index: NkiTensor = None,
+    num_elem_per_idx=None,
+    num_valid_indices=None,
+    name=None,
+    **kwargs,
+):
+    """GpSimd: each core (16 partitions) flattens its slice of the uint16 ``index`` partition
+    first, keeps the first ``num_valid_indices`` (default: all of them), and every partition p of
+    the core gets ``dst[p, j, e] = src_buffer[p, idx[j] + e]`` for e < ``num_elem_per_idx``
+    (free dims of src_buffer flattened; indices count elements). ``dst`` takes src_buffer's dtype
+    and the shape [P, num_valid_indices, num_elem_per_idx]. The older returning form
+    ``local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices)`` is accepted too."""
+    if index is None or isinstance(index, int):
+        # local_gather(src_buffer, index[, num_elem_per_idx[, num_valid_indices]]) returning dst.
+        if num_valid_indices is None:
+            num_valid_indices = num_elem_per_idx
+        num_elem_per_idx = index
+        dst, src_buffer, index = None, dst, src_buffer
+    if not isinstance(src_buffer, NkiTensor) or not isinstance(index, NkiTensor):
+        raise TypeError("local_gather(dst=, src_buffer=, index=) needs src_buffer and index tiles")
+    P = src_buffer.shape[0]
+    per_core = math.prod(index.shape) // max(1, index.shape[0] // 16)
+    nv = per_core if num_valid_indices is None else int(num_valid_indices)
+    ne = 1 if num_elem_per_idx is None else int(num_elem_per_idx)
+    dst, alloc = _dst(dst, (P, nv, ne), src_buffer.dtype)
+    emit(
+        "LocalGather",
+        "gpsimd",
+        {"dst": dst, "src_buffer": src_buffer, "index": index},
+        {"num_elem_per_idx": ne, "num_valid_indices": nv},
+    )
+    return _result(dst, alloc)
+
+
+def sequence_bounds(dst: NkiTensor = None, segment_ids: NkiTensor = None, name=None, **kwargs):
+    """GpSimd: for each element i of the one-partition ``segment_ids`` [1, n] (float32 or int32),
+    ``dst[0, 0, i]`` is the first index and ``dst[0, 1, i]`` one past the last index of the run
+    of equal ids containing i; padding elements (id 0) get n and -1. ``dst`` [1, 2, n] is float32
+    or int32 (default: segment_ids' dtype). A negative id is an error."""
+    if not isinstance(segment_ids, NkiTensor):
+        raise TypeError("sequence_bounds(dst=, segment_ids=) needs a segment_ids tile")
+    n = math.prod(segment_ids.shape[1:])
+    dst, alloc = _dst(dst, (segment_ids.shape[0], 2, n), segment_ids.dtype)
+    emit("SequenceBounds", "gpsimd", {"dst": dst, "segment_ids": segment_ids})
+    return _result(dst, alloc)
+
+
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
     """The 8 largest values of each partition, descending."""
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
@@ -1120,8 +1171,6 @@ _NOT_MODELED = {
     "rand_set_state": "random numbers",
     "rand_get_state": "random numbers",
     "dma_compute": "DMA compute (reductions in the DMA engines)",
-    "local_gather": "GpSimd gathers",
-    "sequence_bounds": "segment bounds",
     "topk": "top-k",
 }
 

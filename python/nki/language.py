@@ -366,7 +366,6 @@ def _unmodeled(name: str, what: str):
 rand = _unmodeled("rand", "random numbers")
 random_seed = _unmodeled("random_seed", "random numbers")
 dropout = _unmodeled("dropout", "random numbers")
-gather_flattened = _unmodeled("gather_flattened", "gathers")
 
 
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
@@ -948,6 +947,43 @@ def _assign(dst: NkiTensor, value) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Tensor Engine operations
+
+
+def gather_flattened(data: NkiTensor, indices: NkiTensor, axis=0, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """result[p, j] = data[p, indices[p, j]] within each partition, data's free dims flattened
+    (nisa.nc_n_gather on GpSimd); the result has the shape [P, *indices free dims] and data's
+    dtype (or ``dtype``, converted on the Vector Engine). Integer indices of another dtype than
+    uint32 are converted first; an index outside the partition's data is an error."""
+    from . import isa as nisa
+
+    with _tracer.api("nki.language.gather_flattened"):
+        _need_onchip(data, "gather_flattened", "data")
+        _need_onchip(indices, "gather_flattened", "indices")
+        if axis != 0:
+            raise NotImplementedError(
+                f"nki.language.gather_flattened: axis={axis!r}; neuron-emu models the documented gather "
+                "over the flattened free dimensions of each partition (axis=0) only"
+            )
+        if mask is not None:
+            raise NotImplementedError("nki.language.gather_flattened: mask= is not modeled by neuron-emu")
+        if _dt.is_float(indices.dtype):
+            raise TypeError(
+                f"nki.language.gather_flattened: indices '{indices.name}' are {indices.dtype}; they must be integers"
+            )
+        d = _as_sbuf(data)
+        i = indices
+        if i.dtype != uint32:
+            i = ndarray(_tile_shape(indices.shape), uint32, sbuf)
+            nisa.tensor_copy(dst=i, src=indices)
+        else:
+            i = _as_sbuf(i)
+        g = nisa.nc_n_gather(data=d, indices=i)
+        out_dt = _dt.to_dtype(dtype) if dtype is not None else data.dtype
+        if out_dt == data.dtype:
+            return g
+        res = ndarray(g.shape, out_dt, sbuf)
+        nisa.tensor_copy(dst=res, src=g)
+        return res
 
 
 def transpose(x: NkiTensor, dtype=None, mask=None) -> NkiTensor:

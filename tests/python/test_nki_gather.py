@@ -108,3 +108,50 @@ def test_n_gather_rules(idx_dtype, dst_dtype, nd, buf, fragment):
         k(np.zeros((1, 1), np.float32))
     assert fragment in str(ei.value), str(ei.value)
     assert ei.value.instruction.startswith("nki.isa.nc_n_gather"), ei.value.instruction
+
+
+
+@pytest.mark.parametrize(
+    "idx_dtype,dtype,want_dtype",
+    [
+        (np.uint32, None, np.float32),
+        (np.int32, None, np.float32),
+        (np.uint16, None, np.float32),
+        (np.uint32, nl.bfloat16, ml_dtypes.bfloat16),
+        (np.int32, nl.int32, np.int32),
+    ],
+)
+def test_gather_flattened_matches_numpy(idx_dtype, dtype, want_dtype):
+    """nl.gather_flattened, the public example's pattern: take_along_axis on each partition
+    (values are small integers, so every dtype conversion is exact)."""
+
+    @nki.jit
+    def k(x, idx):
+        t = nl.load(x)
+        i = nl.load(idx)
+        r = nl.gather_flattened(data=t, indices=i, dtype=dtype)
+        out = nl.ndarray(r.shape, r.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=r)
+        return out
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-120, 120, (32, 4, 16)).astype(np.float32)
+    idx = rng.integers(0, 64, (32, 10)).astype(idx_dtype)
+    idx[:, 0] = 63
+    got = np.asarray(k(x, idx))
+    want = _reference(x, idx).astype(want_dtype)
+    assert got.dtype == want.dtype and got.shape == (32, 10)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_gather_flattened_rules():
+    @nki.jit
+    def k(x, axis):
+        t = nl.load(x)
+        nl.gather_flattened(t, nl.zeros((4, 2), nl.float32), axis=axis)
+        return x
+
+    with pytest.raises(TypeError, match="integers"):
+        k(np.zeros((4, 8), np.float32), 0)
+    with pytest.raises(NotImplementedError, match="axis=1"):
+        k(np.zeros((4, 8), np.float32), 1)
