@@ -1046,6 +1046,26 @@ void max8(Ctx& c, Views& w) {
   });
 }
 
+// The gathers of one partition (nc_n_gather, local_gather): o[j] = the `ne` elements of x (of
+// F elements of `es` bytes) starting at k[j], for j < n; an out-of-range k[j] gives zeros
+// (the caller reports it). With `xd`, od[j * ne + e] says whether that element is defined:
+// its index (kd, or every index when null) and its source element were both written.
+void gather_runs(const uint8_t* x, int64_t F, int es, const int64_t* k, int64_t n, int64_t ne,
+                 uint8_t* o, const uint8_t* xd = nullptr, const uint8_t* kd = nullptr,
+                 uint8_t* od = nullptr) {
+  for (int64_t j = 0; j < n; ++j) {
+    const bool in_range = k[j] >= 0 && k[j] + ne <= F;
+    uint8_t* oj = o + j * ne * es;
+    if (in_range)
+      std::memcpy(oj, x + k[j] * es, static_cast<size_t>(ne * es));
+    else
+      std::memset(oj, 0, static_cast<size_t>(ne * es));
+    if (!xd) continue;
+    const bool idx_ok = in_range && (!kd || kd[j]);
+    for (int64_t e = 0; e < ne; ++e) od[j * ne + e] = static_cast<uint8_t>(idx_ok && xd[k[j] + e]);
+  }
+}
+
 // nc_n_gather: raw element copies within a partition (any dtype, bit-exact); an index outside
 // the partition's data is a runtime error (undefined on the hardware).
 void n_gather(Ctx& c, Views& w) {
@@ -1061,27 +1081,21 @@ void n_gather(Ctx& c, Views& w) {
     int64_t* k = sc.ib(0, N);
     gather_bytes(a, p, x);
     load_row_i(ix, p, k);
-    for (int64_t j = 0; j < N; ++j) {
-      const int64_t i = k[j];
-      if (i < 0 || i >= F) {
-        if (bad[static_cast<size_t>(p)] < 0) bad[static_cast<size_t>(p)] = j;
-        std::memset(o + j * es, 0, static_cast<size_t>(es));
-        continue;
-      }
-      std::memcpy(o + j * es, x + i * es, static_cast<size_t>(es));
-    }
-    scatter_bytes(d, p, o);
+    for (int64_t j = 0; j < N && bad[static_cast<size_t>(p)] < 0; ++j)
+      if (k[j] < 0 || k[j] >= F) bad[static_cast<size_t>(p)] = j;
+    uint8_t *da = nullptr, *di = nullptr, *od = nullptr;
     if (c.check) {
-      uint8_t* da = sc.db(2, F);
-      uint8_t* di = sc.db(3, N);
+      da = sc.db(2, F);
+      di = sc.db(3, N);
+      od = sc.db(4, N);
       load_def_row(a, p, da);
       load_def_row(ix, p, di);
-      for (int64_t j = 0; j < N; ++j) {
-        const int64_t i = k[j];
-        di[j] = static_cast<uint8_t>(di[j] && i >= 0 && i < F && da[i]);
-      }
-      if (!all_defined(di, N)) c.note_undefined(FX::k<"data">);
-      store_def_row(d, p, di);
+    }
+    gather_runs(x, F, es, k, N, 1, o, da, di, od);
+    scatter_bytes(d, p, o);
+    if (c.check) {
+      if (!all_defined(od, N)) c.note_undefined(FX::k<"data">);
+      store_def_row(d, p, od);
     }
   });
   for (int64_t p = 0; p < P; ++p) {
@@ -1134,24 +1148,15 @@ void local_gather(Ctx& c, Views& w) {
     uint8_t* o = sc.db(1, nv * ne * es);
     gather_bytes(s, p, x);
     const int64_t* k = idx.data() + (p / 16) * nv;
-    for (int64_t j = 0; j < nv; ++j) {
-      uint8_t* oj = o + j * ne * es;
-      if (k[j] < 0 || k[j] + ne > F)
-        std::memset(oj, 0, static_cast<size_t>(ne * es));
-      else
-        std::memcpy(oj, x + k[j] * es, static_cast<size_t>(ne * es));
+    uint8_t *ds = nullptr, *od = nullptr;
+    if (c.check) {
+      ds = sc.db(2, F);
+      od = sc.db(3, nv * ne);
+      load_def_row(s, p, ds);
     }
+    gather_runs(x, F, es, k, nv, ne, o, ds, c.check ? idef.data() + (p / 16) * nv : nullptr, od);
     scatter_bytes(d, p, o);
     if (c.check) {
-      uint8_t* ds = sc.db(2, F);
-      uint8_t* od = sc.db(3, nv * ne);
-      load_def_row(s, p, ds);
-      const uint8_t* kd = idef.data() + (p / 16) * nv;
-      for (int64_t j = 0; j < nv; ++j) {
-        const bool in_range = k[j] >= 0 && k[j] + ne <= F;
-        for (int64_t e = 0; e < ne; ++e)
-          od[j * ne + e] = static_cast<uint8_t>(kd[j] && in_range && ds[k[j] + e]);
-      }
       if (!all_defined(od, nv * ne)) c.note_undefined(FX::k<"src_buffer">);
       store_def_row(d, p, od);
     }
