@@ -154,6 +154,36 @@ void DmaIndirect(const CostCtx& x, InstrCost& c) {
   dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
 }
 
+// DMA compute: every source streams through the DMA engines into the destination (one
+// transfer per source, the destination written once); the fp32 arithmetic is pipelined with
+// the transfer and adds no time of its own (the docs give no separate rate).
+void DmaCompute(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaCompute>;
+  constexpr int kd = FX::k<"dst">;
+  double ns = 0;
+  int64_t read = 0;
+  for (int k = FX::k<"src0">; k <= FX::k<"src3">; ++k) {
+    if (k >= x.in.nap || !x.in.ap[k].present()) continue;
+    InstrCost one;
+    dma_transfer(x, kd, k, false, one);
+    ns += one.ns;
+    read += one.hbm_read;
+    c = one;
+  }
+  c.ns = ns;
+  c.hbm_read = read;
+}
+
+// The read-modify-write of a gather/scatter-add: the destination entries are read too.
+void DmaComputeIndirect(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaComputeIndirect>;
+  InstrCost rd;
+  dma_transfer(x, FX::k<"dst">, FX::k<"dst">, false, rd);
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
+  c.ns += rd.ns;
+  c.hbm_read += rd.hbm_read;
+}
+
 // sendrecv: the tile crosses to the peer core's memory as one DMA transfer; its fixed latency
 // (dma_fixed_ns) is the cross-core semaphore hand-off. The wait for the peer is the
 // scheduler's (estimate_launch synchronises the cores' timelines at the rendezvous).

@@ -318,6 +318,11 @@ void Program::add(const Instr& in_) {
       if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
       break;
     }
+    case Op::DmaComputeIndirect: {
+      const isa::Fields<Op::DmaComputeIndirect> f{in};
+      if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
+      break;
+    }
     default:
       break;
   }

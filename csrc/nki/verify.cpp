@@ -341,10 +341,13 @@ void DmaCopy(const Checker& c) {
            "DMA casts are not supported for packed MX types");
 }
 
-void DmaIndirect(const Checker& c) {
-  using F = Fields<Op::DmaIndirect>;
-  constexpr int d = F::k<"dst">, s = F::k<"src">, x = F::k<"index">;
-  const int ind = F{c.in}.i<"indirect">() ? d : s, other = ind == d ? s : d;
+namespace {
+// The rules of a gather/scatter (dma_copy or dma_compute with an indirect operand).
+template <Op Id>
+void check_indirect(const Checker& c) {
+  using F = Fields<Id>;
+  constexpr int d = F::template k<"dst">, s = F::template k<"src">, x = F::template k<"index">;
+  const int ind = F{c.in}.template i<"indirect">() ? d : s, other = ind == d ? s : d;
   const Ap &da = c.in.ap[d], &sa = c.in.ap[s], &xa = c.in.ap[x];
   if (c.mem(ind) != Mem::Hbm)
     c.fail("the indirect operand '" + c.name(ind) + "' is in " + std::string(mem_name(c.mem(ind))),
@@ -367,6 +370,33 @@ void DmaIndirect(const Checker& c) {
     c.fail("cannot cast between " + std::string(dt_name(c.dt(s))) + " and " +
                std::string(dt_name(c.dt(d))),
            "DMA casts are not supported for packed MX types");
+}
+}  // namespace
+
+void DmaIndirect(const Checker& c) { check_indirect<Op::DmaIndirect>(c); }
+
+void DmaComputeIndirect(const Checker& c) {
+  check_indirect<Op::DmaComputeIndirect>(c);
+  using F = Fields<Op::DmaComputeIndirect>;
+  c.not_packed(F::k<"dst">);
+  c.not_packed(F::k<"src">);
+}
+
+void DmaCompute(const Checker& c) {
+  using F = Fields<Op::DmaCompute>;
+  constexpr int d = F::k<"dst">;
+  const Ap& da = c.in.ap[d];
+  c.not_packed(d);
+  for (int k = F::k<"src0">; k <= F::k<"src3">; ++k) {
+    if (!c.present(k)) continue;
+    c.not_packed(k);
+    const Ap& sa = c.in.ap[k];
+    if (sa.numel() != da.numel())
+      c.fail(c.role(k) + " has shape " + shape_of(sa) + " (" + std::to_string(sa.numel()) +
+                 " elements) but dst has shape " + shape_of(da) + " (" +
+                 std::to_string(da.numel()) + " elements)",
+             "dma_compute sources and destination have the same element count");
+  }
 }
 
 void TensorCopy(const Checker& c) {

@@ -314,6 +314,125 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
     emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
 
 
+def _same_access(a: NkiTensor, b: NkiTensor) -> bool:
+    """True when two views name the same elements of the same tensor in the same order."""
+    if a is b:
+        return True
+    if a._b is not b._b or a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a._offset != b._offset or a._steps != b._steps or a._reg != b._reg:
+        return False
+    va, vb = a._vec, b._vec
+    if (va is None) != (vb is None):
+        return False
+    return va is None or (va[0] is vb[0] or _same_access(va[0], vb[0])) and va[1] == vb[1]
+
+
+_DMA_COMPUTE_SRCS = 4  # sources one DmaCompute instruction takes (isa.def)
+
+
+def dma_compute(
+    dst: NkiTensor = None,
+    srcs=None,
+    reduce_op=None,
+    scales=None,
+    unique_indices=True,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+):
+    """dst = srcs[0] + srcs[1] + ... computed by the DMA engines: every source cast to fp32, summed
+    in order in fp32, the sum cast to dst's dtype; element counts match (shapes may differ).
+    With an indirect (``ap(vector_offset=)``) operand it is a read-modify-write: a scatter-add
+    ``dst(HBM)[idx] += src`` (dst indirect, one source the same view) or a gather-add
+    ``dst += src(HBM)[idx]`` (one source indirect, the other dst)."""
+    api = "nki.isa.dma_compute"
+    if dst is None or srcs is None:
+        raise TypeError("dma_compute: dst and srcs are required")
+    if isinstance(srcs, NkiTensor):
+        srcs = [srcs]
+    srcs = list(srcs)
+    if not 1 <= len(srcs) <= 16 or not all(isinstance(t, NkiTensor) for t in srcs):
+        raise ValueError(f"{api}: srcs must be a list of 1 to 16 tensors, got {len(srcs)} item(s)")
+    if reduce_op is None or _alu(reduce_op, "reduce_op") != _tracer.alu_code("add"):
+        raise NkiValidationError(
+            f"{api}: reduce_op={reduce_op!r} [rule: the DMA engines reduce with nl.add only]"
+        )
+    if scales is not None:
+        scales = list(scales)
+        if len(scales) != len(srcs):
+            raise ValueError(f"{api}: {len(scales)} scales for {len(srcs)} sources")
+        if any(float(x) != 1.0 for x in scales):
+            raise NkiValidationError(
+                f"{api}: scales={scales} [rule: dma_compute scales must all be 1.0 on this hardware]"
+            )
+    indirect = [t for t in [dst] + srcs if t._vec is not None]
+    if indirect:
+        _dma_compute_indirect(api, dst, srcs, unique_indices, oob_mode)
+        return _result(dst, False)
+    if len(srcs) <= _DMA_COMPUTE_SRCS:
+        _emit_dma_compute(dst, srcs)
+        return _result(dst, False)
+    # Longer lists: partial sums in a kernel-private fp32 tensor (each source cast to fp32 and
+    # added in order, exactly as one pass would).
+    acc = nl.ndarray(dst.shape, nl.float32, buffer=nl.hbm, name="dma_compute_acc")
+    rest = srcs
+    first = True
+    while rest:
+        take = _DMA_COMPUTE_SRCS - (0 if first else 1)
+        chunk, rest = rest[:take], rest[take:]
+        _emit_dma_compute(dst if not rest else acc, ([] if first else [acc]) + chunk)
+        first = False
+    return _result(dst, False)
+
+
+def _emit_dma_compute(dst: NkiTensor, srcs: list) -> None:
+    emit("DmaCompute", "dma", {"dst": dst, **{f"src{i}": t for i, t in enumerate(srcs)}})
+
+
+def _dma_compute_indirect(api: str, dst: NkiTensor, srcs: list, unique_indices, oob_mode) -> None:
+    if len(srcs) != 2:
+        raise NotImplementedError(
+            f"{api}: a read-modify-write through an indirect operand (ap(vector_offset=)) takes exactly "
+            f"2 sources, got {len(srcs)}"
+        )
+    if not unique_indices:
+        raise NotImplementedError(f"{api}: unique_indices=False (repeated indices) is not supported by the hardware yet")
+    if dst._vec is not None:  # scatter-add: dst(HBM)[idx] += src
+        same = [i for i, t in enumerate(srcs) if _same_access(t, dst)]
+        if not same:
+            raise NkiValidationError(
+                f"{api}: dst is indirect but no source is the same view of '{dst.name}' "
+                "[rule: a scatter-add reads and writes dst: one source is dst itself]"
+            )
+        data = srcs[1 - same[0]]
+        if data._vec is not None:
+            raise NotImplementedError(f"{api}: only one of the tensors can be indirect")
+        emit(
+            "DmaComputeIndirect",
+            "dma",
+            {"dst": _DirectAp(dst), "src": data, "index": dst._vec[0]},
+            {"indirect": 1, "scale": dst._vec[1], "oob_mode": int(oob_mode)},
+        )
+        return
+    ind = [i for i, t in enumerate(srcs) if t._vec is not None]
+    if len(ind) != 1:
+        raise NotImplementedError(f"{api}: only one of the tensors can be indirect")
+    other = srcs[1 - ind[0]]
+    if not _same_access(other, dst):
+        raise NkiValidationError(
+            f"{api}: a gather-add reads an indirect source and dst itself; the other source "
+            f"'{other.name}' is not dst [rule: dst = dst + src(HBM)[indices]]"
+        )
+    src = srcs[ind[0]]
+    emit(
+        "DmaComputeIndirect",
+        "dma",
+        {"dst": dst, "src": _DirectAp(src), "index": src._vec[0]},
+        {"indirect": 0, "scale": src._vec[1], "oob_mode": int(oob_mode)},
+    )
+
+
 @_old_style("src", tensors=("src",))
 def dma_transpose(
     dst: NkiTensor = None,
@@ -1170,7 +1289,6 @@ _NOT_MODELED = {
     "set_rng_seed": "random numbers",
     "rand_set_state": "random numbers",
     "rand_get_state": "random numbers",
-    "dma_compute": "DMA compute (reductions in the DMA engines)",
     "topk": "top-k",
 }
 
