@@ -331,6 +331,12 @@ void LocalGather(const CostCtx& x, InstrCost& c) {
   const Fields<Op::LocalGather> f{x.in};
   c.ns = cyc(150.0 + static_cast<double>(f.i<"num_valid_indices">()), x.p.gpsimd_ghz);
 }
+// The documented estimate: 4 n + K GpSimd cycles (every 16-partition core in parallel).
+void TopK(const CostCtx& x, InstrCost& c) {
+  const int64_t K = x.in.ap[Fields<Op::TopK>::k<"val_dst">].free_size();
+  c.ns = cyc(4.0 * static_cast<double>(Fields<Op::TopK>{x.in}.i<"n">()) + static_cast<double>(K),
+             x.p.gpsimd_ghz);
+}
 // Assumption (cost-model.md): the iota fixed cost plus a forward and a backward scan of the ids.
 void SequenceBounds(const CostCtx& x, InstrCost& c) {
   c.ns = cyc(150.0 + 2.0 * static_cast<double>(x.in.ap[Fields<Op::SequenceBounds>::k<"segment_ids">].free_size()),

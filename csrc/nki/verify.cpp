@@ -677,6 +677,24 @@ void LocalGather(const Checker& c) {
               "local_gather writes num_valid_indices * num_elem_per_idx elements per partition");
 }
 
+// topk: whole GpSimd cores; the documented ranges of n and K.
+void TopK(const Checker& c) {
+  using FX = Fields<Op::TopK>;
+  constexpr int v = FX::k<"val_dst">, s = FX::k<"src">;
+  const int64_t n = FX{c.in}.i<"n">(), K = c.F(v);
+  if (c.P(s) % 16 != 0)
+    c.fail("src has " + std::to_string(c.P(s)) + " partitions",
+           "topk works on whole GpSimd cores (a multiple of 16 partitions)");
+  if (n < 8 || n >= 65536)
+    c.fail("n is " + std::to_string(n), "topk takes 8 <= n < 65536 elements per 16-partition snake");
+  if (K < 1 || K >= 32768 || K > n)
+    c.fail("K (val_dst's free size) is " + std::to_string(K) + " for n = " + std::to_string(n),
+           "topk selects 1 <= K < 32768 and K <= n values");
+  if (c.F(s) * 16 < n)
+    c.fail("src has " + std::to_string(c.F(s)) + " elements per partition for n = " + std::to_string(n),
+           "the snake of n elements fits src: its free size is at least ceil(n / 16)");
+}
+
 // sequence_bounds: one partition; a (start, end) pair per segment id.
 void SequenceBounds(const Checker& c) {
   using FX = Fields<Op::SequenceBounds>;

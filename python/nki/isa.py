@@ -1276,6 +1276,17 @@ def sendrecv(src: NkiTensor, dst: NkiTensor, send_to_rank, recv_from_rank, pipe_
     )
 
 
+def topk(val_dst: NkiTensor = None, idx_dst: NkiTensor = None, src: NkiTensor = None, n=None, name=None):
+    """GpSimd top-K per 16-partition core: src holds a snake of n bf16 values (element s at
+    partition s % 16, column s // 16 of the core); the K largest (K = val_dst's free size) go to
+    output snake positions 0..K-1 of val_dst (bf16, ascending) and idx_dst (uint32, their snake
+    positions). Other elements of val_dst/idx_dst are left as they were."""
+    if val_dst is None or idx_dst is None or src is None or n is None:
+        raise TypeError("topk: val_dst, idx_dst, src and n are required")
+    emit("TopK", "gpsimd", {"val_dst": val_dst, "idx_dst": idx_dst, "src": src}, {"n": int(n)})
+    return NkiInstruction(_tracer.current().program.size() - 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Instructions neuron-emu does not model yet: they exist, and calling one raises an error that
 # names it (and, for NeuronCore-v4 instructions on an older target, the target), never an
@@ -1289,7 +1300,6 @@ _NOT_MODELED = {
     "set_rng_seed": "random numbers",
     "rand_set_state": "random numbers",
     "rand_get_state": "random numbers",
-    "topk": "top-k",
 }
 
 
