@@ -177,6 +177,8 @@ def _scalar_or_vec(x):
         return None, 0.0
     if isinstance(x, (bool, int, float)):
         return None, float(x)
+    if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:  # np.int32(4), np.float32(0.5)
+        return None, float(x)
     raise TypeError(f"expected a scalar or a [partition, 1] tile, got {x!r}")
 
 
@@ -315,17 +317,7 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
 
 
 def _same_access(a: NkiTensor, b: NkiTensor) -> bool:
-    """True when two views name the same elements of the same tensor in the same order."""
-    if a is b:
-        return True
-    if a._b is not b._b or a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a._offset != b._offset or a._steps != b._steps or a._reg != b._reg:
-        return False
-    va, vb = a._vec, b._vec
-    if (va is None) != (vb is None):
-        return False
-    return va is None or (va[0] is vb[0] or _same_access(va[0], vb[0])) and va[1] == vb[1]
+    return a._same_access(b)
 
 
 _DMA_COMPUTE_SRCS = 4  # sources one DmaCompute instruction takes (isa.def)
@@ -543,7 +535,34 @@ def nc_matmul(
         {"dst": dst_v, "stationary": stationary, "moving": moving},
         {"accumulate": acc, "is_transpose": is_transpose, "perf_mode": int(double)},
     )
+    if alloc:  # an old-style result tile: `psum[...] += nc_matmul(...)` may accumulate it in place
+        tr = _tracer.current()
+        tr.fresh_matmul = (
+            dst._b,
+            tr.program.size() - 1,
+            dict(stationary=stationary, moving=moving, is_transpose=is_transpose, perf_mode=perf_mode),
+        )
     return _result(dst, alloc)
+
+
+def _accumulate_fresh_matmul(dst: NkiTensor, tile: NkiTensor) -> bool:
+    """``dst += tile`` where dst is in PSUM and tile is the result of the nc_matmul just traced
+    (``res_psum[...] += nisa.nc_matmul(a, b)``): the matmul accumulates into dst itself, as the
+    real compiler lowers it (the first write of a never-written PSUM tile overwrites, later ones
+    add), instead of a matmul into a new tile plus an add. Returns False when it does not apply."""
+    tr = _tracer.active()
+    fresh = getattr(tr, "fresh_matmul", None) if tr is not None else None
+    if fresh is None or fresh[0] is not tile._b or fresh[1] != tr.program.size() - 1:
+        return False
+    if dst.buffer != nl.psum or dst.dtype != nl.float32 or tile._offset != 0 or tile.dtype != nl.float32:
+        return False
+    if dst.shape[0] != tile.shape[0] or dst.size != tile.size or getattr(tr, "suppress", False):
+        return False
+    tr.fresh_matmul = None
+    tr.program.pop_last()
+    tr.emitted -= 1
+    nc_matmul(dst=dst, accumulate=tr.program.buffer_written(dst._b.id), **fresh[2])
+    return True
 
 
 @_old_style("data", tensors=("data",))
@@ -878,8 +897,9 @@ def _pattern_attrs(pattern) -> dict:
     return {"pattern_dims": len(pattern), "pattern": flat}
 
 
-def _expr_pattern(expr: IndexExpr, ndim: int):
-    """Old-style affine index expression -> (pattern, channel_multiplier, offset)."""
+def _expr_pattern(expr: IndexExpr, ndim: int, shape=None):
+    """Old-style affine index expression -> (pattern, channel_multiplier, offset); `shape` gives
+    the sizes of axes the expression does not use (else 1)."""
     cm = 0
     axes = {}
     for v, c in expr.terms.items():
@@ -887,7 +907,10 @@ def _expr_pattern(expr: IndexExpr, ndim: int):
             cm += c
         else:
             axes[v.axis] = (c, v.size)
-    pattern = [[axes.get(a, (0, 1))[0], axes.get(a, (0, 1))[1]] for a in range(1, max(ndim, 2))]
+    pattern = [
+        [axes.get(a, (0, 1))[0], axes[a][1] if a in axes else (shape[a] if shape else 1)]
+        for a in range(1, max(ndim, 2))
+    ]
     return pattern, cm, expr.const
 
 
@@ -898,10 +921,13 @@ def iota(
     if isinstance(dst, IndexExpr) or isinstance(pattern, IndexExpr):  # old style iota(expr, dtype)
         expr = dst if isinstance(dst, IndexExpr) else pattern
         nd = max([v.ndim for v in expr.terms] or [2])
-        pattern, channel_multiplier, offset = _expr_pattern(expr, nd)
         shape = [1] * nd
         for v in expr.terms:
             shape[v.axis] = v.size
+        grid = next((v.grid for v in expr.terms if v.grid is not None), None)
+        if grid is not None and len(grid) == nd:  # nl.mgrid grids are dense: the whole grid's shape
+            shape = list(grid)
+        pattern, channel_multiplier, offset = _expr_pattern(expr, nd, shape)
         dst = nl.ndarray(tuple(shape), dtype or kwargs.get("dtype") or nl.int32, nl.sbuf)
         alloc = True
     else:

@@ -176,6 +176,20 @@ def static_cast(x, dtype):
     return np.asarray(x).astype(_dt.numpy_dtype(d))
 
 
+def finfo(dtype):
+    """Machine limits of a floating-point NKI dtype (``nl.finfo(nl.bfloat16).min``), as numpy's."""
+    import ml_dtypes
+
+    return ml_dtypes.finfo(_dt.numpy_dtype(_dt.to_dtype(dtype)))
+
+
+def iinfo(dtype):
+    """Machine limits of an integer NKI dtype (``nl.iinfo(nl.int32).max``), as numpy's."""
+    import ml_dtypes
+
+    return ml_dtypes.iinfo(_dt.numpy_dtype(_dt.to_dtype(dtype)))
+
+
 tensor = NkiTensor  # type annotations: ``x: nl.tensor``
 Tensor = NkiTensor
 dtype = DType
@@ -928,7 +942,7 @@ def _assign(dst: NkiTensor, value) -> None:
             raise TypeError("assigning a scalar to an HBM tensor: fill an SBUF tile and nl.store it")
         nisa.memset(dst=dst, value=value)
         return
-    if value is dst:
+    if value is dst or (value._mask is None and value._same_access(dst)):  # t[0] += x; t[0] = t[0]
         return
     if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
         r = _apply_mask(value._mask, dst, value)
