@@ -566,12 +566,12 @@ def test_unmodeled_apis_raise_naming_themselves():
         nki.jit(platform_target="trn3")(mx.func)(_rand(4, 4))
 
     @nki.jit
-    def rng(x):
-        nl.rand((128, 4), nl.float32)
+    def topk(x):
+        nisa.topk()
         return x
 
-    with pytest.raises(NotImplementedError, match="nki.language.rand .*random numbers"):
-        rng(_rand(4, 4))
+    with pytest.raises(NotImplementedError, match="nki.isa.topk .*top-k"):
+        topk(_rand(4, 4))
     with pytest.raises(NotImplementedError, match="nki.collectives.all_gather_v"):
         all_gather_v()
 
