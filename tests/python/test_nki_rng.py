@@ -232,6 +232,42 @@ def test_state_saved_by_one_kernel_resumes_in_another():
     np.testing.assert_array_equal(np.concatenate([first, second], 1), xorwow(state.copy(), 80))
 
 
+@nki.jit
+def per_lane_seeded(seeds, n):
+    """The public NKI Library's rng idioms, written here: one [1, 6] state broadcast over the 128
+    GpSimd lanes, lane p offset by p * stride (iota channel_multiplier, uint32 add), loaded with
+    rand_set_state; int32 draws of all lanes in sequential tiles; the seeds echoed back as an int32
+    view of a uint32 output."""
+    seed = nl.ndarray((1, 6), nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=seed, src=seeds)
+    state = nl.broadcast_to(seed, (128, 6))
+    offs = nl.ndarray((128, 6), nl.uint32, buffer=nl.sbuf)
+    nisa.iota(dst=offs, pattern=[[0, 6]], offset=0, channel_multiplier=0x9E3779)
+    lanes = nl.ndarray((128, 6), nl.uint32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=lanes, data1=state, data2=offs, op=nl.add)
+    nisa.rand_set_state(src_seeds=lanes, engine=nisa.gpsimd_engine)
+    out = nl.ndarray((1, 128 * n * 2), nl.int32, buffer=nl.shared_hbm)
+    for i in nl.sequential_range(2):
+        t = nl.ndarray((128, n), nl.int32, buffer=nl.sbuf)
+        nisa.rng(dst=t, engine=nisa.engine.gpsimd)
+        nisa.dma_copy(dst=out[0, i * 128 * n : (i + 1) * 128 * n].reshape((128, n)), src=t)
+    echo = nl.ndarray((1, 6), nl.uint32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=echo, src=seed)
+    return out, echo.view(nl.int32)
+
+
+def test_per_lane_seeding_as_the_public_library_does():
+    seeds = np.random.default_rng(42).integers(1, 2**31, (1, 6)).astype(np.uint32)
+    out, echo = per_lane_seeded(seeds, 16)
+    assert echo.dtype == np.int32
+    np.testing.assert_array_equal(echo, seeds.view(np.int32))
+    state = (seeds.astype(np.uint64) + np.arange(128, dtype=np.uint64)[:, None] * 0x9E3779).astype(np.uint32)
+    ref = xorwow(state, 32)  # two tiles of 16 per lane, one stream
+    want = np.concatenate([ref[:, :16].reshape(-1), ref[:, 16:].reshape(-1)]).view(np.int32)
+    np.testing.assert_array_equal(np.asarray(out).reshape(-1), want)
+    assert len(np.unique(np.asarray(out))) == out.size  # 128 distinct streams
+
+
 def test_vector_state_round_trip_on_trn3():
     @nki.jit(platform_target="trn3")
     def k(x):
