@@ -14,8 +14,9 @@ namespace neuron::nki {
 void RngState::seed_vector(uint32_t seed) {
   for (int p = 0; p < kLanes; ++p)
     for (int g = 0; g < kVectorGens; ++g)
-      kernels::xorwow_seed(uint64_t{seed} << 32 | uint64_t{1} << 16 | uint64_t(p) << 4 | uint64_t(g),
-                           vector[p] + g * kernels::kXorwowWords);
+      kernels::xorwow_seed(
+          uint64_t{seed} << 32 | uint64_t{1} << 16 | uint64_t(p) << 4 | uint64_t(g),
+          vector[p] + g * kernels::kXorwowWords);
 }
 
 void RngState::apply_reset() {

@@ -58,7 +58,8 @@ at::Generator cpu_generator_from(at::Generator neuron_gen) {
   std::lock_guard<std::mutex> lock(neuron_gen.mutex());
   auto* impl = neuron_gen.get<NeuronGeneratorImpl>();
   const auto [seed, offset] = impl->philox_inputs(1);
-  return at::make_generator<at::CPUGeneratorImpl>(kernels::splitmix64(seed ^ kernels::splitmix64(offset)));
+  return at::make_generator<at::CPUGeneratorImpl>(
+      kernels::splitmix64(seed ^ kernels::splitmix64(offset)));
 }
 
 at::Tensor to_cpu(const at::Tensor& t) {

@@ -1303,7 +1303,7 @@ def rng(dst: NkiTensor = None, engine=engine.vector, name=None, **kwargs):
     return _result(dst, False)
 
 
-def rand2(dst: NkiTensor = None, min=0.0, max=1.0, name=None, **kwargs):  # noqa: A002 (the real names)
+def rand2(dst: NkiTensor = None, min=0.0, max=1.0, name=None, **kwargs):
     """Uniform values in [min, max] (fp32: ``min + u * (max - min)`` with ``u`` the 24 high bits of
     a draw times 2^-24), converted to dst's dtype, on the Vector Engine (NeuronCore-v4+). `min` and
     `max` are scalars or [partition, 1] float32 tiles."""
