@@ -5,6 +5,7 @@
 // generator j % 4. Partitions run in parallel: each touches only its own lane's state.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "exec_internal.h"
@@ -165,16 +166,29 @@ void Dropout(Ctx& c) {
     uint8_t* df = c.check ? sc.db(1, F) : nullptr;
     if (df) load_def_row(a, p, df);
     const uint32_t* r = draws(c, l0 + p, F);
-    bool undefined = !ok;
-    for (int64_t i = 0; i < F; ++i) {
-      if (kernels::xorwow_unit(r[i]) < prob) {  // dropped: zero bits (0 in every dtype)
-        std::memset(x + i * es, 0, static_cast<size_t>(es));
-        if (df) df[i] = ok;
-      } else if (df) {
-        undefined |= !df[i];
-        df[i] &= ok;
-      }
+    // Dropped elements get zero bits (0 in every dtype); a constant size makes each memset a store.
+    auto zero_dropped = [&](auto es_c) {
+      constexpr size_t n = decltype(es_c)::value;
+      for (int64_t i = 0; i < F; ++i)
+        if (kernels::xorwow_unit(r[i]) < prob) std::memset(x + i * static_cast<int64_t>(n), 0, n);
+    };
+    if (es == 4) {
+      zero_dropped(std::integral_constant<size_t, 4>{});
+    } else if (es == 2) {
+      zero_dropped(std::integral_constant<size_t, 2>{});
+    } else {
+      zero_dropped(std::integral_constant<size_t, 1>{});
     }
+    bool undefined = !ok;
+    if (df)
+      for (int64_t i = 0; i < F; ++i) {
+        if (kernels::xorwow_unit(r[i]) < prob) {
+          df[i] = ok;
+        } else {
+          undefined |= !df[i];
+          df[i] &= ok;
+        }
+      }
     scatter_bytes(d, p, x);
     if (df) {
       if (undefined) c.note_undefined(ok ? FX::k<"data"> : FX::k<"prob">);
