@@ -1303,12 +1303,12 @@ def rng(dst: NkiTensor = None, engine=engine.vector, name=None, **kwargs):
     return _result(dst, False)
 
 
-def rand2(dst: NkiTensor = None, min=0.0, max=1.0, name=None, **kwargs):
+def rand2(dst: NkiTensor = None, min=None, max=None, name=None, **kwargs):
     """Uniform values in [min, max] (fp32: ``min + u * (max - min)`` with ``u`` the 24 high bits of
     a draw times 2^-24), converted to dst's dtype, on the Vector Engine (NeuronCore-v4+). `min` and
     `max` are scalars or [partition, 1] float32 tiles."""
-    if not isinstance(dst, NkiTensor):
-        raise TypeError("nki.isa.rand2(dst=, min=, max=) needs a destination tile")
+    if not isinstance(dst, NkiTensor) or min is None or max is None:
+        raise TypeError("nki.isa.rand2(dst=, min=, max=) needs a destination tile and both bounds")
     lo_v, lo = _scalar_or_vec(min)
     hi_v, hi = _scalar_or_vec(max)
     emit("Rand2", "vector", {"dst": dst, "min_vec": lo_v, "max_vec": hi_v}, {"min": lo, "max": hi})

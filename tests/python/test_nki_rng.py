@@ -309,6 +309,34 @@ def test_lnc2_cores_have_their_own_streams_and_later_instances_continue_them():
     assert (got[0] != got[1]).mean() > 0.99
 
 
+def test_lnc1_grid_instances_continue_one_core_stream(monkeypatch):
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((3, 8, 5), nl.uint32, buffer=nl.shared_hbm)
+        t = nl.ndarray((8, 5), nl.uint32, buffer=nl.sbuf)
+        nisa.rng(dst=t, engine=nisa.gpsimd_engine)
+        nisa.dma_copy(dst=out[nl.program_id(0)], src=t)
+        return out
+
+    got = np.asarray(k[3](_x()))  # one physical core runs the three instances in turn
+    ref = xorwow(gpsimd_default_state(0, range(8)), 15)
+    np.testing.assert_array_equal(got, ref.reshape(8, 3, 5).transpose(1, 0, 2))
+
+
+def test_lnc2_vector_generators_start_from_the_core_seed():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((2, 16, 10), nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[nl.program_id(0)], src=nl.rand((16, 10), dtype=nl.float32))
+        return out
+
+    got = np.asarray(k[2](_x()))
+    for core in (0, 1):
+        np.testing.assert_array_equal(got[core], unit(vector_draws(vector_seed_state(core, range(16)), 10)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Dropout
 
@@ -372,6 +400,20 @@ def test_old_style_nisa_dropout_returns_a_tile():
     assert abs((c == 0).mean() - 0.5) < 0.02 and abs((d == 0).mean() - 0.2) < 0.02
     kept = d != 0
     np.testing.assert_array_equal(d[kept], a.astype(nl.bfloat16).astype(np.float32)[kept])
+
+
+def test_old_style_dropout_with_an_index_grid_mask():
+    @nki.jit
+    def k(x):
+        ix, iy = nl.mgrid[0:128, 0:64]
+        t = nl.load(x)
+        z = nl.zeros((128, 64), nl.float32)
+        z[ix, iy] = nisa.dropout(t[ix, iy], prob=0.0, mask=(ix < 64))
+        return _store(z)
+
+    got = np.asarray(k(np.full((128, 64), 3.0, np.float32)))
+    np.testing.assert_array_equal(got[:64], 3.0)  # prob 0 keeps the masked rows
+    np.testing.assert_array_equal(got[64:], 0.0)  # the rest is not written
 
 
 def test_nl_dropout_with_inverted_scaling_as_flash_attention_does():
