@@ -45,7 +45,17 @@ from ._tensor import (  # noqa: F401
 from ._tensor import ParDim
 from ._tensor import arange as _arange
 
-fp32 = float32
+
+
+class _Fp32(DType):
+    """``nl.fp32``: float32 as a dtype, and the real API's FP32 constants: ``nl.fp32.min`` is the
+    most negative finite fp32 value (bit pattern 0xff7fffff), the fill of running maxima."""
+
+    __slots__ = ()
+    min = -3.4028234663852886e38
+
+
+fp32 = _Fp32("float32")
 
 sbuf = MemoryRegion.sbuf
 psum = MemoryRegion.psum
@@ -263,19 +273,21 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name="") -> NkiTensor:
     return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=sbuf, name="") -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=sbuf, name="", lazy_initialization=False, **kwargs) -> NkiTensor:
+    """A new tensor filled with `fill_value` (the old API's `lazy_initialization`, a scheduling
+    hint, is accepted: the fill is emitted here either way)."""
     with _tracer.api("nki.language.full"):
         t = ndarray(shape, dtype, buffer, name)
         _fill(t, fill_value)
         return t
 
 
-def zeros(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+def zeros(shape, dtype, buffer=sbuf, name="", **kwargs) -> NkiTensor:
     with _tracer.api("nki.language.zeros"):
         return full(shape, 0, dtype, buffer, name)
 
 
-def ones(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+def ones(shape, dtype, buffer=sbuf, name="", **kwargs) -> NkiTensor:
     with _tracer.api("nki.language.ones"):
         return full(shape, 1, dtype, buffer, name)
 
