@@ -367,8 +367,12 @@ void Rand2(const CostCtx& x, InstrCost& c) {
 }
 void Dropout(const CostCtx& x, InstrCost& c) { random_pass(x, x.N, c); }
 void SetRngSeed(const CostCtx& x, InstrCost& c) { c.ns = x.at_least_mii(1.0); }
-void RandSetState(const CostCtx& x, InstrCost& c) { random_pass(x, x.in.ap[0].free_size(), c); }
-void RandGetState(const CostCtx& x, InstrCost& c) { random_pass(x, x.in.ap[0].free_size(), c); }
+static void state_move(const CostCtx& x, InstrCost& c) {
+  const auto words = static_cast<double>(x.in.ap[0].free_size());
+  c.ns = x.in.engine == Engine::GpSimd ? cyc(150.0 + words, x.p.gpsimd_ghz) : x.at_least_mii(words);
+}
+void RandSetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
+void RandGetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
 
 // Registers and loop control on the Sync engine.
 static void sync_op(const CostCtx& x, InstrCost& c) {

@@ -5,6 +5,7 @@
 // generator j % 4. Partitions run in parallel: each touches only its own lane's state.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -37,7 +38,13 @@ int64_t first_lane(Ctx& c, const View& v) {
   const bool sb = v.mem == Mem::Sbuf;
   const uint8_t* base = sb ? c.core.sbuf() : c.core.psum();
   const int64_t pitch = sb ? Program::sbuf_pitch(t) : Program::psum_pitch(t);
-  return (v.base - base) / pitch;
+  const int64_t lane = (v.base - base) / pitch;
+  if (lane < 0 || lane + v.parts() > RngState::kLanes)
+    c.fail("runtime",
+           "partitions " + std::to_string(lane) + ".." + std::to_string(lane + v.parts() - 1) +
+               " have no random number generators",
+           "the engines have 128 compute lanes");
+  return lane;
 }
 
 View operand(Ctx& c, int k) {
