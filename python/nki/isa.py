@@ -1345,10 +1345,10 @@ def set_rng_seed(src_seeds: NkiTensor = None, name=None, **kwargs):
             f"nki.isa.set_rng_seed: src_seeds must be a [1, 1] tile in SBUF or PSUM, got {src_seeds!r} "
             "(e.g. nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf))"
         )
-    emit("SetRngSeed", "vector", {"src_seeds": _one_element(src_seeds, "set_rng_seed")})
+    emit("SetRngSeed", "vector", {"src_seeds": _one_element(src_seeds)})
 
 
-def _one_element(t: NkiTensor, api: str) -> NkiTensor:
+def _one_element(t: NkiTensor) -> NkiTensor:
     """A [1, 1] view of a tensor of one element (a (1,) or () tile)."""
     if t.size != 1:
         return t

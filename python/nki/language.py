@@ -46,7 +46,6 @@ from ._tensor import ParDim
 from ._tensor import arange as _arange
 
 
-
 class _Fp32(DType):
     """``nl.fp32``: float32 as a dtype, and the real API's FP32 constants: ``nl.fp32.min`` is the
     most negative finite fp32 value (bit pattern 0xff7fffff), the fill of running maxima."""
