@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "exec_internal.h"
@@ -173,18 +172,23 @@ void Dropout(Ctx& c) {
     uint8_t* df = c.check ? sc.db(1, F) : nullptr;
     if (df) load_def_row(a, p, df);
     const uint32_t* r = draws(c, l0 + p, F);
-    // Dropped elements get zero bits (0 in every dtype); a constant size makes each memset a store.
-    auto zero_dropped = [&](auto es_c) {
-      constexpr size_t n = decltype(es_c)::value;
-      for (int64_t i = 0; i < F; ++i)
-        if (kernels::xorwow_unit(r[i]) < prob) std::memset(x + i * static_cast<int64_t>(n), 0, n);
+    // Dropped elements get zero bits (0 in every dtype); branch-free, one element-sized word at
+    // a time.
+    auto zero_dropped = [&](auto word) {
+      using W = decltype(word);
+      for (int64_t i = 0; i < F; ++i) {
+        W v;
+        std::memcpy(&v, x + i * sizeof(W), sizeof(W));
+        v = kernels::xorwow_unit(r[i]) < prob ? W{0} : v;
+        std::memcpy(x + i * sizeof(W), &v, sizeof(W));
+      }
     };
     if (es == 4) {
-      zero_dropped(std::integral_constant<size_t, 4>{});
+      zero_dropped(uint32_t{});
     } else if (es == 2) {
-      zero_dropped(std::integral_constant<size_t, 2>{});
+      zero_dropped(uint16_t{});
     } else {
-      zero_dropped(std::integral_constant<size_t, 1>{});
+      zero_dropped(uint8_t{});
     }
     bool undefined = !ok;
     if (df)
