@@ -1379,8 +1379,7 @@ def rand_get_state(dst: NkiTensor = None, engine=engine.gpsimd, name=None, **kwa
 # AttributeError and never a silently wrong result.
 
 _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
-_NOT_MODELED = {
-}
+_NOT_MODELED: dict[str, str] = {}  # name -> what it is (none left)
 
 
 def _unmodeled(name: str, what: str):

@@ -602,13 +602,6 @@ def test_unmodeled_apis_raise_naming_themselves():
     with pytest.raises(NotImplementedError, match="nc_matmul_mx .* not modeled"):
         nki.jit(platform_target="trn3")(mx.func)(_rand(4, 4))
 
-    @nki.jit
-    def topk(x):
-        nisa.topk()
-        return x
-
-    with pytest.raises(NotImplementedError, match="nki.isa.topk .*top-k"):
-        topk(_rand(4, 4))
     with pytest.raises(NotImplementedError, match="nki.collectives.all_gather_v"):
         all_gather_v()
 
