@@ -348,6 +348,32 @@ void BnAggr(const CostCtx& x, InstrCost& c) {
   c.ns = x.at_least_mii(13.0 * static_cast<double>(x.N) / 3.0);
 }
 
+// Random numbers. Assumptions (cost-model.md): the Vector Engine draws one 32-bit value per lane
+// per cycle before NeuronCore-v4 and four from v4 (its four generators per lane); GpSimd pays the
+// iota fixed cost plus one value per cycle; moving the state is one word per cycle.
+static double draws_per_cycle(const CostCtx& x) {
+  return x.in.engine == Engine::Vector && x.prog.target().nc_version >= 4 ? 4.0 : 1.0;
+}
+static void random_pass(const CostCtx& x, int64_t n, InstrCost& c) {
+  if (x.in.engine == Engine::GpSimd) {
+    c.ns = cyc(150.0 + static_cast<double>(n), x.p.gpsimd_ghz);
+  } else {
+    c.ns = x.at_least_mii(static_cast<double>(n) / draws_per_cycle(x));
+  }
+}
+void Rng(const CostCtx& x, InstrCost& c) { random_pass(x, x.in.ap[0].free_size(), c); }
+void Rand2(const CostCtx& x, InstrCost& c) {
+  random_pass(x, x.in.ap[Fields<Op::Rand2>::k<"dst">].free_size(), c);
+}
+void Dropout(const CostCtx& x, InstrCost& c) { random_pass(x, x.N, c); }
+void SetRngSeed(const CostCtx& x, InstrCost& c) { c.ns = x.at_least_mii(1.0); }
+static void state_move(const CostCtx& x, InstrCost& c) {
+  const auto words = static_cast<double>(x.in.ap[0].free_size());
+  c.ns = x.in.engine == Engine::GpSimd ? cyc(150.0 + words, x.p.gpsimd_ghz) : x.at_least_mii(words);
+}
+void RandSetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
+void RandGetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
+
 // Registers and loop control on the Sync engine.
 static void sync_op(const CostCtx& x, InstrCost& c) {
   c.engine = Engine::Sync;

@@ -285,6 +285,7 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   std::fill(std::begin(core.act_acc_def), std::end(core.act_acc_def), uint8_t{1});
   std::fill(std::begin(core.sel_acc), std::end(core.sel_acc), 0.0f);
   std::fill(std::begin(core.sel_acc_def), std::end(core.sel_acc_def), uint8_t{1});
+  if (opt.reset_rng) core.rng.reset(opt.rank);
   if (opt.check_uninit) core.enable_shadow();
 
   Ctx c(prog, core, bindings, opt);

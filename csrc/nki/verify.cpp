@@ -6,6 +6,7 @@
 
 #include "collective.h"
 #include "error.h"
+#include "executor.h"
 
 namespace neuron::nki::isa {
 namespace {
@@ -815,6 +816,61 @@ void collective(const Checker& c) {
                                                       : "a tensor of src's shape"));
 }
 }  // namespace
+
+// Random numbers: which engines each NeuronCore generation runs them on, the state sizes.
+void Rng(const Checker& c) {
+  if (c.target().nc_version < 3 && c.in.engine != Engine::Vector)
+    c.fail("rng on the " + std::string(engine_name(c.in.engine)) + " Engine on NeuronCore-v" +
+               std::to_string(c.target().nc_version),
+           "rng runs on the Vector Engine on NeuronCore-v2 (GpSimd or Vector from NeuronCore-v3)");
+}
+
+void Rand2(const Checker& c) {
+  using FX = Fields<Op::Rand2>;
+  const FX f{c.in};
+  if (!f.has<"min_vec">() && !f.has<"max_vec">() && !(f.imm<"min">() < f.imm<"max">()))
+    c.fail("min " + std::to_string(f.imm<"min">()) + " is not below max " +
+               std::to_string(f.imm<"max">()),
+           "rand2 needs min < max");
+}
+
+void Dropout(const Checker& c) {
+  using FX = Fields<Op::Dropout>;
+  constexpr int d = FX::k<"dst">, a = FX::k<"data">, p = FX::k<"prob">;
+  if (c.dt(d) != c.dt(a))
+    c.fail("dst has dtype " + std::string(dt_name(c.dt(d))) + ", data " +
+               std::string(dt_name(c.dt(a))),
+           "dropout writes data's dtype (dst.dtype == data.dtype)");
+  if (!c.present(p)) return;
+  const bool float_prob = !dt_is_int(c.dt(p)) && !dt_is_packed(c.dt(p));
+  if (dt_is_int(c.dt(a)) ? c.dt(p) != DT::Float32 : !float_prob)
+    c.fail("prob has dtype " + std::string(dt_name(c.dt(p))) + " for " +
+               std::string(dt_name(c.dt(a))) + " data",
+           "dropout prob is float32 for integer data, a float type for float data");
+}
+
+void SetRngSeed(const Checker& c) {
+  constexpr int s = Fields<Op::SetRngSeed>::k<"src_seeds">;
+  if (c.P(s) != 1 || c.F(s) != 1)
+    c.fail("src_seeds has shape [" + std::to_string(c.P(s)) + ", " + std::to_string(c.F(s)) + "]",
+           "set_rng_seed takes a [1, 1] seed");
+}
+
+// rand_set_state / rand_get_state: GpSimd from NeuronCore-v3, Vector from v4; one lane's state
+// per partition (6 words per XORWOW generator, 4 generators per Vector lane).
+void RandSetState(const Checker& c) {
+  const bool vec = c.in.engine == Engine::Vector;
+  const std::string api = c.in.op == Op::RandSetState ? "rand_set_state" : "rand_get_state";
+  if (vec && c.target().nc_version < 4)
+    c.fail(api + " on the Vector Engine on NeuronCore-v" + std::to_string(c.target().nc_version),
+           api + " runs on the GpSimd Engine on NeuronCore-v3 (GpSimd or Vector from "
+                 "NeuronCore-v4)");
+  const int64_t words = (vec ? RngState::kVectorGens : 1) * kernels::kXorwowWords;
+  if (c.F(0) != words)
+    c.fail(c.role(0) + " has " + std::to_string(c.F(0)) + " elements per partition",
+           std::string("the XORWOW state of a ") + (vec ? "Vector" : "GpSimd") + " lane is " +
+               std::to_string(words) + " uint32 (6 GpSimd, 24 Vector)");
+}
 
 void AllReduce(const Checker& c) { collective(c); }
 void AllGather(const Checker& c) { collective(c); }

@@ -1314,19 +1314,98 @@ def topk(val_dst: NkiTensor = None, idx_dst: NkiTensor = None, src: NkiTensor = 
 
 
 # ---------------------------------------------------------------------------------------------
+# Random numbers. Every compute lane (partition) of a NeuronCore has one XORWOW generator on the
+# GpSimd Engine and four on the Vector Engine; their state belongs to the core and persists
+# across the instructions of a launch (csrc/nki/exec_random.cpp, docs/nki.md "Random numbers").
+
+
+def rng(dst: NkiTensor = None, engine=engine.vector, name=None, **kwargs):
+    """32 random bits per element of `dst` (SBUF or PSUM; int8/int16/int32/uint8/uint16/uint32),
+    truncated to its dtype (the low bits), from the engine's generators: Vector (the default; the
+    only one on NeuronCore-v2) or GpSimd (NeuronCore-v3+, SBUF only)."""
+    if not isinstance(dst, NkiTensor):
+        raise TypeError("nki.isa.rng(dst=, engine=) needs a destination tile")
+    emit("Rng", _engine(engine, "vector"), {"dst": dst})
+    return _result(dst, False)
+
+
+def rand2(dst: NkiTensor = None, min=None, max=None, name=None, **kwargs):
+    """Uniform values in [min, max] (fp32: ``min + u * (max - min)`` with ``u`` the 24 high bits of
+    a draw times 2^-24), converted to dst's dtype, on the Vector Engine (NeuronCore-v4+). `min` and
+    `max` are scalars or [partition, 1] float32 tiles."""
+    if not isinstance(dst, NkiTensor) or min is None or max is None:
+        raise TypeError("nki.isa.rand2(dst=, min=, max=) needs a destination tile and both bounds")
+    lo_v, lo = _scalar_or_vec(min)
+    hi_v, hi = _scalar_or_vec(max)
+    emit("Rand2", "vector", {"dst": dst, "min_vec": lo_v, "max_vec": hi_v}, {"min": lo, "max": hi})
+    return _result(dst, False)
+
+
+@_old_style("data", "prob", tensors=("data",))
+def dropout(dst: NkiTensor = None, data: NkiTensor = None, prob=None, name=None, dtype=None, **kwargs):
+    """Replaces each element of `data` by zero with probability `prob` (a scalar or a [partition, 1]
+    tile: 0.0 keeps everything, 1.0 drops everything) on the Vector Engine; kept elements are
+    copied unchanged (no 1 / (1 - prob) rescaling). dst has data's dtype. The older form
+    ``dropout(data, prob, dtype=None, mask=None)`` returns a new tile (converted to `dtype`)."""
+    if prob is None and isinstance(dst, NkiTensor) and isinstance(data, NkiTensor):
+        dst, data, prob = None, dst, data  # old positional form dropout(data, prob_tile)
+    if not isinstance(data, NkiTensor) or prob is None:
+        raise TypeError("nki.isa.dropout(dst=, data=, prob=) needs a data tile and a probability")
+    out_dt = _dt.to_dtype(dtype) if dtype is not None else _dt.to_dtype(data.dtype)
+    res, alloc = _dst(dst, data.shape, out_dt)
+    # The instruction writes data's dtype; a returned tile of another dtype is converted after it.
+    convert = alloc and out_dt != _dt.to_dtype(data.dtype)
+    target = nl.ndarray(res.shape, data.dtype, nl.sbuf) if convert else res
+    pv, p = _scalar_or_vec(prob)
+    emit("Dropout", "vector", {"dst": target, "data": data, "prob": pv}, {"prob_imm": p})
+    if convert:
+        emit("TensorCopy", "vector", {"dst": res, "src": target})
+    return _result(res, alloc)
+
+
+def set_rng_seed(src_seeds: NkiTensor = None, name=None, **kwargs):
+    """Seeds the Vector Engine's generators of every lane from one 32-bit value: `src_seeds` is a
+    [1, 1] int32/uint32/float32 tile in SBUF or PSUM (its bits are the seed)."""
+    if not isinstance(src_seeds, NkiTensor):
+        raise TypeError(
+            f"nki.isa.set_rng_seed: src_seeds must be a [1, 1] tile in SBUF or PSUM, got {src_seeds!r} "
+            "(e.g. nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf))"
+        )
+    emit("SetRngSeed", "vector", {"src_seeds": _one_element(src_seeds)})
+
+
+def _one_element(t: NkiTensor) -> NkiTensor:
+    """A [1, 1] view of a tensor of one element (a (1,) or () tile)."""
+    if t.size != 1:
+        return t
+    return t if t.shape == (1, 1) else t._view((1, 1), (t.strides[0] if t.ndim else 1, 1))
+
+
+def rand_set_state(src_seeds: NkiTensor = None, engine=engine.gpsimd, name=None, **kwargs):
+    """Loads the generator state of the lanes of `src_seeds`' partitions (uint32 in SBUF): 6 words
+    per lane on GpSimd (NeuronCore-v3+; x, y, z, w, v, d of its XORWOW generator), 24 on Vector
+    (NeuronCore-v4+; its four generators one after the other)."""
+    if not isinstance(src_seeds, NkiTensor):
+        raise TypeError("nki.isa.rand_set_state(src_seeds=, engine=) needs a uint32 SBUF tile")
+    emit("RandSetState", _engine(engine, "gpsimd"), {"src_seeds": src_seeds})
+
+
+def rand_get_state(dst: NkiTensor = None, engine=engine.gpsimd, name=None, **kwargs):
+    """Stores the generator state of the lanes of `dst`'s partitions (uint32; the layout of
+    rand_set_state): GpSimd into SBUF (NeuronCore-v3+), Vector into SBUF or PSUM (v4+)."""
+    if not isinstance(dst, NkiTensor):
+        raise TypeError("nki.isa.rand_get_state(dst=, engine=) needs a uint32 destination tile")
+    emit("RandGetState", _engine(engine, "gpsimd"), {"dst": dst})
+    return _result(dst, False)
+
+
+# ---------------------------------------------------------------------------------------------
 # Instructions neuron-emu does not model yet: they exist, and calling one raises an error that
 # names it (and, for NeuronCore-v4 instructions on an older target, the target), never an
 # AttributeError and never a silently wrong result.
 
 _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
-_NOT_MODELED = {
-    "rng": "random numbers",
-    "rand2": "random numbers",
-    "dropout": "random numbers",
-    "set_rng_seed": "random numbers",
-    "rand_set_state": "random numbers",
-    "rand_get_state": "random numbers",
-}
+_NOT_MODELED: dict[str, str] = {}  # name -> what it is (none left)
 
 
 def _unmodeled(name: str, what: str):
