@@ -208,6 +208,7 @@ bool plain_writer(Op op) {
     case Op::TensorTensorScan:
     case Op::Transpose:
     case Op::Max8:
+    case Op::SendRecv:  // dst: every element of the peer's tile (the shapes must match)
       return true;
     default:
       return false;
