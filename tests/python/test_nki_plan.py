@@ -238,12 +238,12 @@ def _matmul_chain_kernel(split: bool):
     return chain
 
 
-@pytest.mark.parametrize("N,K", [(512, 512), (200, 384), (264, 640)])
+@pytest.mark.parametrize("N,K", [(512, 512), (200, 384), (264, 1024), (200, 1152)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_matmul_run_gives_the_bits_of_one_by_one(N, K, dtype):
     """Consecutive thin matmuls run as one parallel job (Plan matmul runs), the k chunks of a
-    projection as one GEMV chain (bf16: a pass over the weight rows computes every chunk;
-    chains of 3, 4 and 5 and column counts with a tail): the same bits as the same matmuls
+    projection as one GEMV chain (bf16 rows of 2 KiB or more: a pass over the weight rows
+    computes every chunk; chains of 3, 4, 8 and 9 and column counts with a tail): the same bits as the same matmuls
     executed one at a time, accumulation order included."""
     g = torch.Generator().manual_seed(7)
     x = torch.randn(1, K, generator=g).to(dtype)

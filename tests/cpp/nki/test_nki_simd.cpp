@@ -1,6 +1,7 @@
 // The runtime-dispatched AXPY kernels of the executor against their portable versions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <random>
@@ -148,10 +149,12 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
   for (int64_t L : {1, 2, 3, 4, 5, 8, 9}) {
     for (int64_t n : {7, 16, 31, 64, 200}) {
       for (int64_t K : {8, 32, 45, 128}) {
-        for (bool adjacent : {true, false}) {
+        for (int layout = 0; layout < 4; ++layout) {
           // [n, row] bf16 rows; member l reads k range [l * K, l * K + K) of each row (adjacent)
-          // or row range of its own matrix (not adjacent).
-          const int64_t row = adjacent ? L * K + 3 : K + 5;
+          // or row range of its own matrix (not adjacent); rows of at least 2 KiB take the
+          // chain kernel, shorter ones one GEMV per member.
+          const bool adjacent = layout % 2 == 0, long_rows = layout >= 2;
+          const int64_t row = std::max<int64_t>(adjacent ? L * K + 3 : K + 5, long_rows ? 1030 : 0);
           const int64_t mats = adjacent ? 1 : L;
           std::vector<uint16_t> w(static_cast<size_t>(mats * n * row));
           for (auto& v : w) v = to_bf16(nd(rng));
