@@ -100,11 +100,13 @@ struct ThinMatmul {
   const View& wide() const { return thin_moving ? s : m; }
 
   // Whether t runs in one GEMV chain with this matmul (simd::gemv_chain_bf16): one coefficient
-  // row each against bf16 wide operands of the same shape and strides.
+  // row each against bf16 wide operands of the same shape and strides, in a layout the chain
+  // kernel reads together.
   bool chains_with(const ThinMatmul& t) const {
     const View &a = wide(), &b = t.wide();
     return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
-           K == t.K && width == t.width && a.stride[0] == b.stride[0] && a.stride[1] == b.stride[1];
+           K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
+           a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
   }
 
   void columns(float* A, int64_t j0, int64_t j1) const {
@@ -212,7 +214,9 @@ bool thin_views(Ctx& c, ThinMatmul& t) {
 // the host threads (inline inside a parallel region). Then the results are stored in program
 // order, so PSUM accumulation adds in the same order as one by one.
 bool matmul_run(Ctx& c, int32_t count) {
-  constexpr int64_t kItemBytes = 32 * 1024;  // weight bytes per work item
+  // Weight bytes per work item: a single GEMV's, and a chain's (whose kernel prefetches the
+  // next column block within an item).
+  constexpr int64_t kItemBytes = 32 * 1024, kChainItemBytes = 128 * 1024;
   const int32_t pc0 = c.pc;
   std::vector<ThinMatmul> mm(static_cast<size_t>(count));
   std::vector<int64_t> offset(static_cast<size_t>(count) + 1, 0);
@@ -239,7 +243,7 @@ bool matmul_run(Ctx& c, int32_t count) {
     int32_t L = 1;
     while (i + L < count && t.chains_with(mm[static_cast<size_t>(i + L)])) ++L;
     const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width)) * L;
-    const int64_t cols = std::max<int64_t>(16, kItemBytes / per_col / 16 * 16);
+    const int64_t cols = std::max<int64_t>(16, (L > 1 ? kChainItemBytes : kItemBytes) / per_col / 16 * 16);
     for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});
     i += L;
   }

@@ -426,13 +426,22 @@ void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64
   table().gemv_f32(acc, coef, w, ks, js, K, n);
 }
 
+// Rows at least 2 KiB apart (a down projection's: each member reads a short piece of rows a
+// page apart) are read together; shorter rows are faster one member at a time, each
+// prefetching the same rows' next k range (measured on 1 KiB and 4 KiB rows).
+bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K) {
+#ifdef NKI_SIMD_AVX512
+  return table().avx512 && ks == 2 && js >= 2048 && K >= 32;
+#else
+  (void)ks, (void)js, (void)K;
+  return false;
+#endif
+}
+
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
                      int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n) {
 #ifdef NKI_SIMD_AVX512
-  // Rows at least 2 KiB apart (a down projection's: each member reads a short piece of rows a
-  // page apart) are read together; shorter rows are faster one member at a time, each
-  // prefetching the same rows' next k range (measured on 1 KiB and 4 KiB rows).
-  if (table().avx512 && ks == 2 && js >= 2048 && K >= 32)
+  if (gemv_chain_reads_together(ks, js, K))
     return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n);
 #endif
   for (int64_t l = 0; l < L; ++l) gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n);
