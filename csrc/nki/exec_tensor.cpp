@@ -96,6 +96,18 @@ struct ThinMatmul {
     return true;
   }
   int64_t wide_bytes() const { return K * width * (thin_moving ? s.es : m.es); }
+  const View& thin() const { return thin_moving ? m : s; }
+  const View& wide() const { return thin_moving ? s : m; }
+
+  // Whether t runs in one GEMV chain with this matmul (simd::gemv_chain_bf16): one coefficient
+  // row each against bf16 wide operands of the same shape and strides, in a layout the chain
+  // kernel reads together.
+  bool chains_with(const ThinMatmul& t) const {
+    const View &a = wide(), &b = t.wide();
+    return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
+           K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
+           a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
+  }
 
   void columns(float* A, int64_t j0, int64_t j1) const {
     const View& thin = thin_moving ? m : s;
@@ -144,6 +156,30 @@ struct ThinMatmul {
   }
 };
 
+// Columns [j0, j1) of the chain mm[0, L) (each chains_with mm[0]) into A[l]: the bits of
+// mm[l].columns, with the weights of a column block read for every member together.
+void chain_columns(const ThinMatmul* mm, int64_t L, float* const* A, int64_t j0, int64_t j1) {
+  constexpr int64_t kMax = 16;
+  const int64_t K = mm[0].K;
+  float* coef = scratch().fb(3, std::min(L, kMax) * K);
+  for (int64_t l0 = 0; l0 < L; l0 += kMax) {
+    const int64_t n = std::min(kMax, L - l0);
+    float* acc[kMax];
+    const float* cf[kMax];
+    const uint8_t* w[kMax];
+    for (int64_t l = 0; l < n; ++l) {
+      const ThinMatmul& t = mm[l0 + l];
+      const View &thin = t.thin(), &wide = t.wide();
+      load_f32(thin.dtype, thin.base, thin.stride[0], K, coef + l * K);
+      acc[l] = A[l0 + l] + j0;
+      cf[l] = coef + l * K;
+      w[l] = wide.base + j0 * wide.stride[1];
+    }
+    const View& wide = mm[0].wide();
+    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0);
+  }
+}
+
 bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
   ThinMatmul t;
   if (!t.init(d, s, m, acc)) return false;
@@ -171,41 +207,57 @@ bool thin_views(Ctx& c, ThinMatmul& t) {
 }  // namespace
 
 // A run of consecutive thin matmuls (Plan::matmul_run): matmuls read SBUF (or HBM in place)
-// and write PSUM only, so their GEMVs are independent and run as one parallel job over column
-// chunks of all of them (the host threads share the weight traffic); then the results are
-// stored in program order, so PSUM accumulation adds in the same order as one by one.
+// and write PSUM only, so their GEMVs are independent. Consecutive matmuls with the same wide
+// layout (a projection's chain over k chunks, gate and up side by side) form GEMV chains whose
+// column blocks are computed for every member at once (one pass over the weight rows instead
+// of one per k chunk); the work items (column ranges of a chain) run as one parallel job over
+// the host threads (inline inside a parallel region). Then the results are stored in program
+// order, so PSUM accumulation adds in the same order as one by one.
 bool matmul_run(Ctx& c, int32_t count) {
-  constexpr int64_t kChunkBytes = 32 * 1024;  // weight bytes per work item
-  Scratch& sc = scratch();
+  // Weight bytes per work item: a single GEMV's, and a chain's (whose kernel prefetches the
+  // next column block within an item).
+  constexpr int64_t kItemBytes = 32 * 1024, kChainItemBytes = 128 * 1024;
   const int32_t pc0 = c.pc;
   std::vector<ThinMatmul> mm(static_cast<size_t>(count));
   std::vector<int64_t> offset(static_cast<size_t>(count) + 1, 0);
   struct Item {
-    int32_t i;
+    int32_t i, L;
     int64_t j0, j1;
   };
   std::vector<Item> items;
-  bool ok = true;
-  for (int32_t i = 0; i < count && ok; ++i) {
+  for (int32_t i = 0; i < count; ++i) {
     c.pc = pc0 + i;
-    ThinMatmul& t = mm[static_cast<size_t>(i)];
-    ok = thin_views(c, t);
-    if (!ok) break;
+    if (!thin_views(c, mm[static_cast<size_t>(i)])) {
+      c.pc = pc0;
+      return false;
+    }
+    const ThinMatmul& t = mm[static_cast<size_t>(i)];
     offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + t.rows * t.width;
-    const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width));
-    const int64_t cols = std::max<int64_t>(16, kChunkBytes / per_col / 16 * 16);
-    for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, j, std::min(t.width, j + cols)});
   }
   c.pc = pc0;
-  if (!ok) return false;
-  float* A = sc.fb(0, offset.back());
+  float* base = scratch().fb(0, offset.back());
+  std::vector<float*> A(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) A[static_cast<size_t>(i)] = base + offset[static_cast<size_t>(i)];
+  for (int32_t i = 0; i < count;) {
+    const ThinMatmul& t = mm[static_cast<size_t>(i)];
+    int32_t L = 1;
+    while (i + L < count && t.chains_with(mm[static_cast<size_t>(i + L)])) ++L;
+    const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width)) * L;
+    const int64_t cols = std::max<int64_t>(16, (L > 1 ? kChainItemBytes : kItemBytes) / per_col / 16 * 16);
+    for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});
+    i += L;
+  }
   rt::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const Item& it = items[static_cast<size_t>(k)];
-      mm[static_cast<size_t>(it.i)].columns(A + offset[static_cast<size_t>(it.i)], it.j0, it.j1);
+      const auto i = static_cast<size_t>(it.i);
+      if (it.L > 1)
+        chain_columns(&mm[i], it.L, &A[i], it.j0, it.j1);
+      else
+        mm[i].columns(A[i], it.j0, it.j1);
     }
   });
-  for (int32_t i = 0; i < count; ++i) mm[static_cast<size_t>(i)].store(A + offset[static_cast<size_t>(i)]);
+  for (int32_t i = 0; i < count; ++i) mm[static_cast<size_t>(i)].store(A[static_cast<size_t>(i)]);
   return true;
 }
 

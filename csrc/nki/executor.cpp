@@ -383,8 +383,7 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       ++c.pc;
       continue;
     }
-    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1 && rt::num_threads() > 1 &&
-        !rt::in_parallel_region()) {
+    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1) {
       const int32_t len = c.plan->matmul_run[static_cast<size_t>(c.pc)];
       if (matmul_run(c, len)) {
         executed += len;

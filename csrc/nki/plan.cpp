@@ -212,6 +212,7 @@ bool plain_writer(Op op) {
     case Op::Rand2:
     case Op::Dropout:
     case Op::RandGetState:
+    case Op::SendRecv:  // dst: every element of the peer's tile (the shapes must match)
       return true;
     default:
       return false;
