@@ -1,0 +1,112 @@
+"""Idioms of the older (``neuronxcc.nki``) kernels, with kernels written here: PSUM accumulation
+with ``+=`` of old-style nc_matmul results, dense ``nl.mgrid`` grids (``.p``/``.x``, iota over the
+whole grid), masks combined with trace-time bools, numpy scalars as operands, the keyword form
+of ``reshape``, ``nl.finfo``, launchers given to launchers; and the checker's rule that a
+tensor becomes live uninitialized even where a dead tensor was written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+from neuronxcc import nki
+from neuronxcc.nki import baremetal, simulate_kernel
+from nki import NkiValidationError
+
+
+@nki.jit
+def rows_times_weights(a_t, w):
+    """out = a_t.T @ w with K split into 128-row chunks accumulated by `+=` into a PSUM tile,
+    after another kernel-allocated PSUM tile was written and died (its bytes are stale)."""
+    K, M = a_t.shape
+    N = w.shape[1]
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    g = nl.mgrid[0:128, 0:N]
+    scratch = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    scratch[...] = nisa.nc_matmul(nl.load(a_t[0:128, :]), nl.load(w[0:128, :]))
+    junk = nl.copy(scratch)
+    res = nl.ndarray((1, nl.par_dim(M), N), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(K // 128):
+        at = nl.load(a_t[k * 128 : (k + 1) * 128, :])
+        wt = nl.load(w[k * 128 + g.p, g.x])
+        res[0] += nisa.nc_matmul(at, wt)
+    nl.store(out, nl.copy(res[0]))
+    del junk
+    return out
+
+
+def test_psum_plus_equals_old_style_matmul_accumulates_in_place():
+    rng = np.random.default_rng(0)
+    a_t = rng.standard_normal((384, 64)).astype(np.float32)
+    w = rng.standard_normal((384, 96)).astype(np.float32)
+    got = simulate_kernel(baremetal(rows_times_weights), a_t, w)
+    np.testing.assert_allclose(got, a_t.T @ w, rtol=1e-4, atol=1e-3)
+    dump = rows_times_weights.specialize(a_t, w).dump()
+    # three matmuls accumulate into the PSUM tile: no separate add
+    assert "nki.isa.tensor_tensor" not in dump
+    assert dump.count("accumulate=true") == 2
+
+
+@nki.jit
+def dense_iota(x):
+    grid = nl.mgrid[0:x.shape[0], 0:2, 0:3]
+    pos = nisa.iota(3 * grid.x + grid.y, dtype=nl.int32)  # no partition term: every partition
+    out = nl.ndarray((x.shape[0], 6), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, pos.reshape(shape=(x.shape[0], 6)))
+    return out
+
+
+def test_mgrid_is_dense_and_named():
+    got = simulate_kernel(dense_iota, np.zeros((8, 1), np.float32))
+    np.testing.assert_array_equal(got, np.tile(np.arange(6, dtype=np.int32), (8, 1)))
+    g = nl.mgrid[0:4, 0:8]
+    i_p, i_f = g
+    assert g.p is i_p and g.x is i_f
+    with pytest.raises(AttributeError, match="no .y grid"):
+        g.y
+
+
+@nki.jit
+def masked_store(x, n_valid: int, tile: int):
+    out = nl.zeros(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    g = nl.mgrid[0 : x.shape[0], 0 : x.shape[1]]
+    t = nl.load(x)
+    scaled = nisa.tensor_scalar(t, np.multiply, np.float32(2.0), op1=np.add, operand1=np.int32(1))
+    nl.store(out[g.p, g.x], value=scaled, mask=(g.x < n_valid) & (tile * 128 < 256))
+    return out
+
+
+@pytest.mark.parametrize("tile", [0, 3])
+def test_masks_combine_with_trace_time_bools_and_numpy_scalars(tile):
+    x = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
+    got = simulate_kernel(masked_store, x, 6, tile)
+    want = np.zeros_like(x)
+    if tile * 128 < 256:
+        want[:, :6] = x[:, :6] * 2 + 1
+    np.testing.assert_array_equal(got, want)
+
+
+def test_finfo_and_iinfo():
+    assert nl.finfo(nl.bfloat16).min == pytest.approx(-3.3895314e38, rel=1e-6)
+    assert nl.finfo(nl.float16).max == 65504.0
+    assert nl.iinfo(nl.int8).min == -128 and nl.iinfo(nl.uint16).max == 65535
+
+
+@nki.jit
+def stale_read(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(2):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)  # a new tile each iteration
+        if i == 0:
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=out, src=t)
+        else:
+            nisa.dma_copy(dst=out, src=t)  # never written: may sit where the first one was
+    return out
+
+
+def test_a_new_tensor_is_uninitialized_where_a_dead_one_was_written():
+    with pytest.raises(NkiValidationError, match="uninitialized"):
+        simulate_kernel(stale_read, np.ones((128, 64), np.float32))
