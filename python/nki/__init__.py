@@ -30,6 +30,8 @@ if _cache.enabled():
 from . import collectives, compiler, dtype, isa, language, tensor, typing
 from ._errors import NkiValidationError
 from ._jit import Kernel, TracedKernel, jit
+
+trace = jit  # the older releases' decorator (``nki_jit = nki.trace``): the same kernel object
 from ._legacy import baremetal, cpu_simulate, simulate_kernel
 from ._profile import (
     BenchmarkResult,
@@ -57,6 +59,7 @@ __all__ = [
     "estimate",
     "isa",
     "jit",
+    "trace",
     "language",
     "profile",
     "simulate",

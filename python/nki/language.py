@@ -1004,6 +1004,22 @@ def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
     return _LoopReduce(src, op, builtins.all(i.first for i in idx))
 
 
+def _engines_can_start(t: NkiTensor) -> bool:
+    """Whether a compute engine can access the partitions of on-chip view `t` (the start-
+    partition rule: 0 for more than 64 partitions, 0 or 64 for more than 32, else a multiple of 32)."""
+    if t._nblock or t._reg is not None or t._vec is not None or not t.shape:
+        return True
+    per_part = _math.prod(t._b.shape[1:]) if len(t._b.shape) > 1 else 1
+    if per_part <= 0 or t._steps[0] != per_part:
+        return True  # not a plain partition walk: leave it to the instruction's own checks
+    p0, n = t._offset // per_part, t.shape[0]
+    if n > 64:
+        return p0 == 0
+    if n > 32:
+        return p0 in (0, 64)
+    return p0 % 32 == 0
+
+
 def _assign(dst: NkiTensor, value) -> None:
     """``dst[...] = value`` inside a kernel."""
     from . import isa as nisa
@@ -1019,6 +1035,14 @@ def _assign(dst: NkiTensor, value) -> None:
     if not _is_t(value):
         if not dst.on_chip:
             raise TypeError("assigning a scalar to an HBM tensor: fill an SBUF tile and nl.store it")
+        if dst.buffer == sbuf and not _engines_can_start(dst):
+            # `idx[i, j] = v` on partition i: the engines cannot start there, a DMA can. Fill a
+            # tile at partition 0 and move it (SBUF -> SBUF), as the compiler lowers it.
+            tmp = ndarray(_tile_shape(dst.shape), dst.dtype, sbuf)
+            tmp_v = tmp if tmp.shape == dst.shape else tmp.reshape(dst.shape)
+            nisa.memset(dst=tmp_v, value=value)
+            nisa.dma_copy(dst=dst, src=tmp_v)
+            return
         nisa.memset(dst=dst, value=value)
         return
     if value is dst or (value._mask is None and value._same_access(dst)):  # t[0] += x; t[0] = t[0]
@@ -1030,7 +1054,9 @@ def _assign(dst: NkiTensor, value) -> None:
         dst, value = r
     if dst.on_chip:
         v = value if value.shape == dst.shape or value.size != dst.size else value.reshape(dst.shape)
-        if v.on_chip:
+        if v.on_chip and dst.buffer == sbuf and v.buffer == sbuf and not (_engines_can_start(dst) and _engines_can_start(v)):
+            nisa.dma_copy(dst=dst, src=v)  # a partition range the engines cannot start at
+        elif v.on_chip:
             nisa.tensor_copy(dst=dst, src=v)
         else:
             nisa.dma_copy(dst=dst, src=v)
