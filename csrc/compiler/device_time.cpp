@@ -77,6 +77,14 @@ nki::WorkCost step_work(const Step& s) {
         add_flops(2.0 * numel(s.tensors.back()) * per_out, s.tensors[0].dtype);
       }
       break;
+    case StepKind::BatchNorm:  // statistics, then the normalization: ~8 flops per element
+    case StepKind::BatchNormBackward:  // two reductions and the input gradient: ~10 per element
+      if (s.tensors.size() >= 2) {
+        const size_t x = s.kind == StepKind::BatchNorm ? 0 : 1;
+        add_flops((s.kind == StepKind::BatchNorm ? 8.0 : 10.0) * numel(s.tensors[x]),
+                  s.tensors[x].dtype);
+      }
+      break;
     default:
       break;
   }

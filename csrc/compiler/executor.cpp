@@ -173,6 +173,88 @@ void layer_norm_backward(const Step& s, const Buffers& b) {
   if (want_gb) gb.done();
 }
 
+// [N, C, ...] as [N, C, S] (the kernels' batch-norm layout): a view when the dims after C
+// merge, else a dense temporary.
+class StagedNcs : public dense::Staged {
+ public:
+  explicit StagedNcs(const kernels::TensorRef& t) : Staged(t, !mergeable(t)) {
+    if (t.ndim < 2) throw ExecError("batch norm: input must be at least 2-D");
+    ncs_ = d_;
+    ncs_.ndim = 3;
+    if (!dense::merge_dims(d_, 2, d_.ndim, &ncs_.sizes[2], &ncs_.strides[2]))
+      throw ExecError("batch norm: spatial dims do not merge");
+  }
+  const kernels::TensorRef& ncs() const { return ncs_; }
+
+ private:
+  static bool mergeable(const kernels::TensorRef& t) {
+    int64_t n, s;
+    return t.ndim >= 2 && dense::merge_dims(t, 2, t.ndim, &n, &s);
+  }
+  kernels::TensorRef ncs_;
+};
+
+// Training batch norm on the eager kernel (kernels/norm.h): the running statistics are copied
+// into their new versions, which the kernel then updates in place, as eager updates the
+// module's buffers.
+void batch_norm(const Step& s, const Buffers& b) {
+  auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
+  const bool has_w = s.ints.at(0) != 0, has_b = s.ints.at(1) != 0, has_r = s.ints.at(2) != 0;
+  size_t k = 0;
+  StagedNcs x(T(k++));
+  kernels::BatchNormArgs a;
+  if (has_w) a.weight = T(k++);
+  if (has_b) a.bias = T(k++);
+  kernels::TensorRef rm, rv;
+  if (has_r) {
+    rm = T(k++);
+    rv = T(k++);
+  }
+  StagedNcs out(T(k));
+  const kernels::TensorRef save_mean = T(k + 1), save_invstd = T(k + 2);
+  if (has_r) {
+    a.running_mean = T(k + 3);
+    a.running_var = T(k + 4);
+    kernels::copy(a.running_mean, rm);
+    kernels::copy(a.running_var, rv);
+  }
+  if (x.dense().numel() == 0) return;
+  x.in();
+  a.input = x.ncs();
+  a.training = true;
+  a.momentum = s.floats.at(0);
+  a.eps = s.floats.at(1);
+  kernels::batch_norm_forward(out.ncs(), save_mean, save_invstd, a);
+  out.done();
+}
+
+void batch_norm_backward(const Step& s, const Buffers& b) {
+  auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
+  const bool has_w = s.ints.at(0) != 0;
+  StagedNcs gy(T(0)), x(T(1));
+  const kernels::TensorRef save_mean = T(2), save_invstd = T(3);
+  kernels::BatchNormArgs a;
+  size_t k = 4;
+  if (has_w) a.weight = T(k++);
+  StagedNcs gx(T(k));
+  const kernels::TensorRef gw = T(k + 1), gb = T(k + 2);
+  const bool want_gx = s.ints.at(1) != 0, want_gw = s.ints.at(2) != 0, want_gb = s.ints.at(3) != 0;
+  if (x.dense().numel() == 0) {
+    for (const kernels::TensorRef* t : {&gw, &gb}) fill_value(*t, 0.0);
+    return;
+  }
+  gy.in();
+  x.in();
+  a.input = x.ncs();
+  a.training = true;
+  a.eps = s.floats.at(0);
+  kernels::batch_norm_backward(want_gx ? gx.ncs() : kernels::TensorRef{},
+                               want_gw ? gw : kernels::TensorRef{},
+                               want_gb ? gb : kernels::TensorRef{}, gy.ncs(), save_mean,
+                               save_invstd, a);
+  if (want_gx) gx.done();
+}
+
 void run_step(const Step& s, const Buffers& b) {
   auto T = [&](size_t i) { return resolve(s.tensors.at(i), b); };
   switch (s.kind) {
@@ -338,6 +420,10 @@ void run_step(const Step& s, const Buffers& b) {
       return layer_norm(s, b);
     case StepKind::LayerNormBackward:
       return layer_norm_backward(s, b);
+    case StepKind::BatchNorm:
+      return batch_norm(s, b);
+    case StepKind::BatchNormBackward:
+      return batch_norm_backward(s, b);
     case StepKind::Custom: {
       const size_t nin = static_cast<size_t>(s.ints.at(0));
       std::vector<kernels::TensorRef> ins, outs;

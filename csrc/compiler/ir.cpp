@@ -734,6 +734,34 @@ std::vector<TensorType> infer_types(const Graph& g, const Node& n) {
           const TensorType p = has_w ? in(4) : TensorType{x.dtype, norm};
           return {x, p, p};
         }
+        case Op::batch_norm:
+        case Op::batch_norm_backward: {
+          // Channels are dim 1; parameters and statistics are [C].
+          const bool bwd = n.op == Op::batch_norm_backward;
+          const TensorType& x = in(bwd ? 1 : 0);
+          if (x.rank() < 2 || !is_float(x.dtype)) bad(n, "input must be floating, at least 2-D");
+          const Shape c{x.shape[1]};
+          const int has_w = static_cast<int>(n.attrs.i("has_weight", 0));
+          const int has_b = bwd ? 0 : static_cast<int>(n.attrs.i("has_bias", 0));
+          const int has_r = bwd ? 0 : static_cast<int>(n.attrs.i("has_running", 0));
+          if (nin != (bwd ? 4 : 1) + has_w + has_b + 2 * has_r)
+            bad(n, "inputs do not match has_weight/has_bias/has_running");
+          for (int i = bwd ? 2 : 1; i < nin; ++i)
+            if (in(i).shape != c || !is_float(in(i).dtype))
+              bad(n, rt::str("parameters and statistics must be floating ", shape_str(c)));
+          if (!bwd) {
+            const DType sd = static_cast<DType>(n.attrs.i("stat_dtype"));
+            std::vector<TensorType> r{x, TensorType{sd, c}, TensorType{sd, c}};
+            if (has_r) {
+              r.push_back(in(nin - 2));
+              r.push_back(in(nin - 1));
+            }
+            return r;
+          }
+          if (in(0).shape != x.shape) bad(n, "grad_out must have the input's shape");
+          const TensorType p = has_w ? in(4) : TensorType{in(2).dtype, c};
+          return {x, p, p};
+        }
         default:
           break;
       }

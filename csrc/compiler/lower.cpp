@@ -870,6 +870,24 @@ class Lowerer {
         s.floats = {bwd ? 0.0 : n.attrs.f("eps")};
         break;
       }
+      case Op::batch_norm:
+      case Op::batch_norm_backward: {
+        const bool bwd = n.op == Op::batch_norm_backward;
+        s.kind = bwd ? StepKind::BatchNormBackward : StepKind::BatchNorm;
+        for (size_t k = 0; k < n.inputs.size(); ++k) s.tensors.push_back(in_view(k));
+        s.ints = {n.attrs.i("has_weight", 0)};
+        if (!bwd) s.ints.insert(s.ints.end(), {n.attrs.i("has_bias", 0), n.attrs.i("has_running", 0)});
+        UseInfo& u = const_cast<UseInfo&>(uses_);
+        for (int o : n.outputs) {
+          s.tensors.push_back(root_desc(o));
+          if (bwd) s.ints.push_back(u.num_uses(o) > 0 ? 1 : 0);
+        }
+        if (bwd)
+          s.floats = {n.attrs.f("eps")};
+        else
+          s.floats = {n.attrs.f("momentum"), n.attrs.f("eps")};
+        break;
+      }
       case Op::softmax:
       case Op::log_softmax:
       case Op::softmax_backward:

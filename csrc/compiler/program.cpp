@@ -51,6 +51,10 @@ const char* step_kind_name(StepKind k) {
       return "layer_norm";
     case StepKind::LayerNormBackward:
       return "layer_norm_backward";
+    case StepKind::BatchNorm:
+      return "batch_norm";
+    case StepKind::BatchNormBackward:
+      return "batch_norm_backward";
     case StepKind::Reduce:
       return "reduce";
   }
@@ -312,6 +316,16 @@ void validate(const Program& p) {
         (s.tensors.size() != 2 || s.ints.size() != 1 || s.ints[0] < 0 || s.ints[0] > 4 ||
          s.tensors[0].sizes.size() != s.tensors[1].sizes.size()))
       throw NeffError(rt::str("program step '", s.name, "': malformed reduction"));
+    if (s.kind == StepKind::BatchNorm || s.kind == StepKind::BatchNormBackward) {
+      const bool bwd = s.kind == StepKind::BatchNormBackward;
+      bool ok = s.ints.size() == (bwd ? 4u : 3u) && s.floats.size() == (bwd ? 1u : 2u);
+      if (ok) {
+        const size_t w = s.ints[0] != 0, b = bwd ? 0 : s.ints[1] != 0,
+                     r = bwd ? 0 : 2 * (s.ints[2] != 0);
+        ok = s.tensors.size() == (bwd ? 4 + w + 3 : 1 + w + b + r + 3 + r);
+      }
+      if (!ok) throw NeffError(rt::str("program step '", s.name, "': malformed batch norm"));
+    }
     if (s.kind == StepKind::Custom) {
       if (s.ints.empty() || s.ints[0] < 0 || s.ints[0] > static_cast<int64_t>(s.tensors.size()))
         throw NeffError(rt::str("program step '", s.name, "': bad input count"));

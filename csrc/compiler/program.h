@@ -57,8 +57,13 @@ enum class StepKind : uint8_t {
                       // ints: axis, has_w, 0, want dx, want dw, want db
   Reduce,             // tensors: input, out (input's rank, size 1 where reduced);
                       // ints: op (0 sum, 1 mean, 2 prod, 3 amax, 4 amin)
+  BatchNorm,          // tensors: x, [w], [b], [running_mean, running_var], out, save_mean,
+                      // save_invstd, [new running_mean, new running_var];
+                      // ints: has_w, has_b, has_running; floats: momentum, eps
+  BatchNormBackward,  // tensors: grad_out, x, save_mean, save_invstd, [w], dx, dw, db;
+                      // ints: has_w, want dx, want dw, want db
 };
-constexpr int kNumStepKinds = static_cast<int>(StepKind::Reduce) + 1;
+constexpr int kNumStepKinds = static_cast<int>(StepKind::BatchNormBackward) + 1;
 const char* step_kind_name(StepKind k);
 
 struct Step {

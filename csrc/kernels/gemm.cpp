@@ -1,6 +1,7 @@
 #include "gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -248,22 +249,75 @@ void with_one_blas_thread(F&& fn) {
   set(prev);
 }
 
+// Columns [j0, j1) (along_n) or rows [j0, j1) of C of product `bi`: the same problem on
+// sub-matrices of B and C (or A and C).
+GemmProblem part_of(const GemmProblem& p, bool along_n, int64_t j0, int64_t j1) {
+  GemmProblem q = p;
+  const size_t in_sz = element_size(p.in_dtype), out_sz = element_size(p.out_dtype);
+  if (along_n) {
+    q.n = j1 - j0;
+    q.b = static_cast<const char*>(p.b) + static_cast<size_t>(j0 * p.b_cs) * in_sz;
+    q.c = static_cast<char*>(p.c) + static_cast<size_t>(j0 * p.c_cs) * out_sz;
+  } else {
+    q.m = j1 - j0;
+    q.a = static_cast<const char*>(p.a) + static_cast<size_t>(j0 * p.a_rs) * in_sz;
+    q.c = static_cast<char*>(p.c) + static_cast<size_t>(j0 * p.c_rs) * out_sz;
+  }
+  return q;
+}
+
+// Per-part work (multiply-adds) below which splitting a product costs more than it gains
+// (waking a helper is a few microseconds; 2^19 MACs take ~10 us on one core).
+constexpr double kPartWork = 524288.0;
+
+// True when the calling thread's BLAS thread count was set to one (by with_one_blas_thread or
+// a caller's own MKL_Set_Num_Threads_Local).
+bool blas_limited_to_one_thread() {
+  const auto set = blas::functions().set_num_threads_local;
+  if (!set) return false;
+  const int prev = set(1);
+  set(prev);
+  return prev == 1;
+}
+
 template <typename T>
 void blas_batched(const GemmProblem& p) {
   const double work =
       static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
   const bool nested = rt::in_parallel_region();
-  // Below ~64^3 per product, one BLAS thread per product and products side by side beats
-  // threading inside each product.
-  if (nested || (p.batch > 1 && work < 262144.0 * 4 && rt::num_threads() > 1)) {
-    rt::parallel_for(0, p.batch, 1, [&](int64_t b0, int64_t b1) {
-      with_one_blas_thread([&] {
-        for (int64_t bi = b0; bi < b1; ++bi) blas_one<T>(p, bi);
-      });
-    });
-    return;
+  const int64_t threads = rt::num_threads();
+  // The BLAS always runs one thread per call and the parts of the work go to the host pool:
+  // MKL's OpenMP team would otherwise spin between calls (for milliseconds) on the cores the
+  // pool's helpers need for the steps in between, and the two pools starve each other.
+  // Products side by side when there are enough of them; otherwise each product split into
+  // column (or row) blocks of C. The split depends on the shape and the host's thread count
+  // only, and every part is one BLAS call on sub-matrices.
+  // A caller that limited this thread's BLAS to one thread (NKI's tile GEMMs, which split
+  // their tiles themselves) gets its products unsplit.
+  int64_t parts = 1;
+  if (!nested && threads > 1 && p.batch < threads && !blas_limited_to_one_thread()) {
+    const double want = std::floor(work / kPartWork);
+    parts = static_cast<int64_t>(std::clamp(want, 1.0, static_cast<double>(threads)));
   }
-  for (int64_t bi = 0; bi < p.batch; ++bi) blas_one<T>(p, bi);
+  const bool along_n = p.n >= p.m;
+  const int64_t side = along_n ? p.n : p.m;
+  // Near-equal blocks of whole 16-element groups (the BLAS kernels' vector width), so no part
+  // is a sliver that the BLAS would compute another way.
+  const int64_t block = std::max<int64_t>(16, ((side + parts - 1) / parts + 15) / 16 * 16);
+  parts = (side + block - 1) / block;
+  const int64_t tasks = p.batch * parts;
+  rt::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+    with_one_blas_thread([&] {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t bi = t / parts, j0 = (t % parts) * block;
+        if (parts == 1) {
+          blas_one<T>(p, bi);
+        } else {
+          blas_one<T>(part_of(p, along_n, j0, std::min(side, j0 + block)), bi);
+        }
+      }
+    });
+  });
 }
 
 bool fits_int(const GemmProblem& p) {

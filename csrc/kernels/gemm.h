@@ -4,8 +4,9 @@
 // input dtype or fp32. Routing (measured, see benchmarks/eager_ops.py):
 //  - a small side (decode-time `x @ W^T`, min(m, n) <= 16) on 16-bit or fp32 inputs: the
 //    bandwidth-bound kernels of gemv.h (AVX2 when the host has it);
-//  - otherwise the host BLAS (MKL from the torch wheel, blas.h), batches of small products
-//    spread over the host pool with one BLAS thread each;
+//  - otherwise the host BLAS (MKL from the torch wheel, blas.h) with one BLAS thread per call:
+//    batches of products side by side on the host pool, a large single product split into
+//    column (or row) blocks of C (MKL's OpenMP team would spin on the pool's cores);
 //  - integer dtypes, or no BLAS: the portable kernel.
 #pragma once
 

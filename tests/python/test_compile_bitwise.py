@@ -193,3 +193,34 @@ def test_pooling_forward_and_backward(pool, dtype, fresh_compile):
     got = run(torch.compile(f, backend="neuron"))
     for a, b in zip(got, want):
         _assert_bitwise(a.detach(), b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(6, 5), (4, 3, 7, 9), (2, 3, 3, 4, 5)], ids=["2d", "4d", "5d"])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_batch_norm_training(affine, shape, dtype, fresh_compile):
+    """Training batch norm runs the eager kernels (kernels::batch_norm_forward/backward), not a
+    decomposition: output, input/weight/bias gradients and the updated running statistics."""
+    C = shape[1]
+
+    def run(compiled):
+        bn = torch.nn.BatchNorm1d(C, affine=affine) if len(shape) <= 3 else (
+            torch.nn.BatchNorm2d(C, affine=affine) if len(shape) == 4 else torch.nn.BatchNorm3d(C, affine=affine))
+        bn = bn.to(dtype).to("neuron").train()
+        if affine:
+            with torch.no_grad():
+                bn.weight.copy_(_x((C,), 0.5, 1.5, seed=5).to(dtype))
+                bn.bias.copy_(_x((C,), -1.0, 1.0, seed=6).to(dtype))
+        fn = torch.compile(bn, backend="neuron") if compiled else bn
+        x = _x(shape, seed=1).to(dtype).to("neuron").requires_grad_()
+        y = fn(x)
+        y.backward(_x(tuple(y.shape), seed=4).to(dtype).to("neuron"))
+        grads = [x.grad] + ([bn.weight.grad, bn.bias.grad] if affine else [])
+        return [y.detach()] + grads + [bn.running_mean, bn.running_var]
+
+    want = run(False)
+    got = run(True)
+    m = torch.neuron.get_dynamo_metrics()
+    assert m["fallback_ops"] == {} and m["graphs_compiled"] >= 2  # forward and backward graphs
+    for a, b in zip(got, want):
+        _assert_bitwise(a, b)

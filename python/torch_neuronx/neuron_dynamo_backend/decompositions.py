@@ -1,9 +1,9 @@
 """The decomposition table AOT autograd applies before the Neuron compiler sees a graph.
 
-Core ATen decompositions, minus the ops the compiler lowers as a whole (softmax and layer norm
-and their backward run the eager kernels; softmax stays whole so the attention fusion can see
-it), plus decompositions of composite training ops (batch norm, losses, embedding backward)
-into ops the compiler lowers.
+Core ATen decompositions, minus the ops the compiler lowers as a whole (softmax, layer norm and
+training batch norm and their backward run the eager kernels; softmax stays whole so the
+attention fusion can see it), plus decompositions of composite training ops (losses, embedding
+backward, batch norm in evaluation mode) into ops the compiler lowers.
 """
 
 from __future__ import annotations
@@ -52,6 +52,13 @@ _KEEP = [
     aten.slice_scatter,
 ]
 
+# Training batch norm (what AOT's functionalized training graphs hold) and its backward: kept
+# whole in training graphs, lowered to the eager kernels (kernels::batch_norm_forward/backward).
+_KEEP_TRAINING = [
+    aten._native_batch_norm_legit_functional,
+    aten.native_batch_norm_backward,
+]
+
 # Decomposed into ops the compiler lowers.
 _ADD = [
     aten.native_batch_norm,
@@ -90,7 +97,7 @@ def decomposition_table(training: bool) -> dict:
     table = dict(core_aten_decompositions())
     extra = _ADD if training else [op for op in _ADD if op is not aten._scaled_dot_product_flash_attention_for_cpu]
     table.update(get_decompositions(extra))
-    for op in _KEEP:
+    for op in _KEEP + (_KEEP_TRAINING if training else []):
         for overload in op.overloads():
             table.pop(getattr(op, overload), None)
     return table

@@ -1140,6 +1140,48 @@ def _layer_norm_bwd(L, n, grad_out, x, normalized_shape, mean, rstd, weight, bia
             gb if mask[2] and bias is not None else None)
 
 
+def _batch_norm_node(L, n, x, weight, bias, running, momentum, eps) -> list:
+    """One training `batch_norm` step on the eager kernel (batch statistics; the running ones,
+    when given, updated into new values); save_mean/invstd cast to the graph's dtype."""
+    dt, shape = L.type(x)
+    if not _is_float(dt) or len(shape) < 2:
+        raise Unsupported(f"batch_norm of {dt}{list(shape)}")
+    ins = [x] + [p for p in (weight, bias) if p is not None] + list(running)
+    attrs = {"has_weight": int(weight is not None), "has_bias": int(bias is not None),
+             "has_running": int(bool(running)), "momentum": float(momentum), "eps": float(eps),
+             "stat_dtype": dtype_code(_ln_stat_dtype(L, x, weight))}
+    outs = L.node("batch_norm", ins, attrs)
+    vals = n.meta["val"]
+    return [outs[0], L.cast(outs[1], vals[1].dtype), L.cast(outs[2], vals[2].dtype)] + outs[3:]
+
+
+@rule(aten._native_batch_norm_legit_functional)
+def _batch_norm_functional(L, n, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    if not training:
+        raise Unsupported("batch_norm_functional in evaluation mode")
+    return tuple(_batch_norm_node(L, n, x, weight, bias, [running_mean, running_var], momentum, eps))
+
+
+@rule(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_no_stats(L, n, x, weight, bias, training, momentum, eps):
+    if not training:
+        raise Unsupported("batch_norm without running statistics in evaluation mode")
+    return tuple(_batch_norm_node(L, n, x, weight, bias, [], momentum, eps))
+
+
+@rule(aten.native_batch_norm_backward)
+def _batch_norm_bwd(L, n, grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps, mask):
+    """The eager batch-norm backward kernel (training: the saved batch statistics)."""
+    if not train or save_mean is None or save_invstd is None:
+        raise Unsupported("batch_norm_backward in evaluation mode")
+    sd = _ln_stat_dtype(L, x, weight)  # exact: the forward computed them in it
+    ins = [L.cast(grad_out, L.type(x)[0]), x, L.cast(save_mean, sd), L.cast(save_invstd, sd)]
+    ins += [weight] if weight is not None else []
+    gx, gw, gb = L.node("batch_norm_backward", ins, {"has_weight": int(weight is not None), "eps": float(eps)})
+    return (gx if mask[0] else None, gw if mask[1] and weight is not None else None,
+            gb if mask[2] else None)
+
+
 @rule(aten.max_pool2d_with_indices)
 def _maxpool(L, n, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
     k = _pair(kernel)

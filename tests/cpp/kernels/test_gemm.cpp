@@ -6,6 +6,7 @@
 
 #include "kernels/blas.h"
 #include "kernels/gemm.h"
+#include "runtime/thread_pool.h"
 
 using namespace neuron::kernels;
 
@@ -131,4 +132,42 @@ TEST(Gemm, BatchedAndRejectsBadDtypes) {
   }
   p.in_dtype = DType::Int32;
   EXPECT_THROW(gemm(p), std::invalid_argument);
+}
+
+// Products large enough to be split into column (or row) blocks of C over the host pool, each
+// block one single-threaded BLAS call: ragged blocks, both split directions, a strided output
+// with alpha/beta (the buffered path) and 16-bit inputs. The split result equals one unsplit
+// call (made from inside a parallel region, where gemm() never splits) bit for bit: every block
+// is a whole number of 16-column groups, so the BLAS computes each element the same way.
+TEST(Gemm, LargeProductsSplitOverThePoolMatchOneCall) {
+  struct Shape { int64_t m, n, k; bool col_major_c; bool bf16_in; };
+  for (const Shape s : std::vector<Shape>{{40, 520, 100, false, false}, {515, 48, 64, false, false},
+                                          {33, 1030, 129, true, false}, {64, 384, 96, false, true}}) {
+    auto af = random_vec(static_cast<size_t>(s.m * s.k), 11), bf = random_vec(static_cast<size_t>(s.k * s.n), 12);
+    std::vector<bf16> a16(af.size()), b16(bf.size());
+    if (s.bf16_in) {
+      for (size_t i = 0; i < af.size(); ++i) { a16[i] = bf16(af[i]); af[i] = a16[i]; }
+      for (size_t i = 0; i < bf.size(); ++i) { b16[i] = bf16(bf[i]); bf[i] = b16[i]; }
+    }
+    const auto ref = naive(af, bf, s.m, s.n, s.k);
+    GemmProblem p;
+    p.m = s.m; p.n = s.n; p.k = s.k;
+    p.a = s.bf16_in ? static_cast<const void*>(a16.data()) : af.data(); p.a_rs = s.k;
+    p.b = s.bf16_in ? static_cast<const void*>(b16.data()) : bf.data(); p.b_rs = s.n;
+    p.in_dtype = s.bf16_in ? DType::BFloat16 : DType::Float32;
+    p.out_dtype = DType::Float32;
+    if (s.col_major_c) { p.c_rs = 1; p.c_cs = s.m; p.alpha = 0.5; p.beta = 2.0; } else { p.c_rs = s.n; }
+    std::vector<float> split(static_cast<size_t>(s.m * s.n), 1.0f), one = split;
+    p.c = split.data();
+    gemm(p);
+    p.c = one.data();
+    neuron::rt::parallel_for(0, 1, 1, [&](int64_t, int64_t) { gemm(p); });
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        const size_t at = static_cast<size_t>(s.col_major_c ? j * s.m + i : i * s.n + j);
+        const double want = p.alpha * ref[static_cast<size_t>(i * s.n + j)] + p.beta * 1.0;
+        ASSERT_NEAR(split[at], want, 1e-3 * (1 + std::fabs(want))) << s.m << "x" << s.n << "x" << s.k;
+        ASSERT_EQ(split[at], one[at]) << s.m << "x" << s.n << "x" << s.k << " at " << i << "," << j;
+      }
+  }
 }
