@@ -181,13 +181,29 @@ def _scalar_or_vec(x):
 
 
 def _psum_accumulate(dst: NkiTensor) -> bool:
-    """accumulate=None: the first nc_matmul into a PSUM region overwrites, later ones add."""
+    """accumulate=None: the first nc_matmul into a PSUM location overwrites, later ones add.
+
+    Locations are the bytes of `dst`'s tensor the access pattern touches, not its bounding
+    interval: the columns of one PSUM tile written by separate matmuls ((P, 1) views with the
+    partition stride) are distinct locations, each starting its own accumulation group."""
+    import numpy as np
+
     tr = _tracer.current()
-    lo = dst.offset
-    hi = dst.offset + sum((n - 1) * s for n, s in zip(dst.shape, dst.strides))
-    ranges = tr.psum_written.setdefault(dst._b.id, [])
-    hit = any(a <= hi and lo <= b for a, b in ranges)
-    ranges.append((lo, hi))
+    b = dst._b
+    written = tr.psum_written.get(b.id)
+    if written is None:
+        nbytes = math.prod(b.shape) * b.dtype.itemsize
+        written = tr.psum_written[b.id] = np.zeros(nbytes, dtype=bool)
+    isz = dst.dtype.itemsize
+    idx = np.full((1,) * dst.ndim, dst.offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(dst.shape, dst.strides)):
+        shape = [1] * dst.ndim
+        shape[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    first = (idx.reshape(-1, 1) * isz + np.arange(isz, dtype=np.int64)).reshape(-1)
+    first = first[(first >= 0) & (first < written.size)]
+    hit = bool(written[first].any())
+    written[first] = True
     return hit
 
 
