@@ -128,11 +128,11 @@ bool any_element(const Footprint& f, Fn&& fn) {
   std::array<int64_t, kMaxApDims> i{};
   for (;;) {
     const uint8_t* p = f.def;
-    for (int d = 0; d < f.ndim; ++d) p += i[static_cast<size_t>(d)] * f.stride[static_cast<size_t>(d)];
+    for (size_t d = 0; d < static_cast<size_t>(f.ndim); ++d) p += i[d] * f.stride[d];
     if (fn(p)) return true;
-    int d = f.ndim - 1;
-    while (d >= 0 && ++i[static_cast<size_t>(d)] == f.num[static_cast<size_t>(d)]) i[static_cast<size_t>(d--)] = 0;
-    if (d < 0) return false;
+    size_t d = static_cast<size_t>(f.ndim);
+    while (d > 0 && ++i[d - 1] == f.num[d - 1]) i[--d] = 0;
+    if (d == 0) return false;
   }
 }
 
@@ -166,9 +166,9 @@ int64_t Footprint::index_of(const uint8_t* p) const {
     dims[static_cast<size_t>(nd++)] = {st < 0 ? -st : st, n, d, st < 0};
   }
   if (p < lo || p >= lo + span) return -1;
-  for (int a = 1; a < nd; ++a)  // largest stride first (at most kMaxApDims of them)
-    for (int b = a; b > 0 && dims[static_cast<size_t>(b - 1)].stride < dims[static_cast<size_t>(b)].stride; --b)
-      std::swap(dims[static_cast<size_t>(b - 1)], dims[static_cast<size_t>(b)]);
+  for (size_t a = 1; a < static_cast<size_t>(nd); ++a)  // largest stride first (<= 6 of them)
+    for (size_t b = a; b > 0 && dims[b - 1].stride < dims[b].stride; --b)
+      std::swap(dims[b - 1], dims[b]);
   bool nested = true;
   int64_t inner = es;
   for (int d = nd - 1; d >= 0; --d) {
@@ -186,7 +186,7 @@ int64_t Footprint::index_of(const uint8_t* p) const {
     }
     if (rem >= es) return -1;
     int64_t flat = 0;
-    for (int d = 0; d < ndim; ++d) flat = flat * num[static_cast<size_t>(d)] + ix[static_cast<size_t>(d)];
+    for (size_t d = 0; d < static_cast<size_t>(ndim); ++d) flat = flat * num[d] + ix[d];
     return flat;
   }
   int64_t flat = 0, found = -1;
@@ -272,8 +272,8 @@ std::string Ctx::describe_read(int32_t at_pc, int k) const {
   if (i.op == Op::Matmul && k == isa::Fields<Op::Matmul>::k<"dst">) how = " accumulating onto ";
   if (i.op == Op::CopyPredicated && k == isa::Fields<Op::CopyPredicated>::k<"dst">)
     how = " keeping never-written elements of ";
-  return prog.instr_name(i) + " at " + prog.location(i) + how +
-         std::string(mem_name(b.mem)) + " tensor '" + b.name + "' (allocated at " + prog.str(b.loc) + ")";
+  return prog.instr_name(i) + " at " + prog.location(i) + how + std::string(mem_name(b.mem)) +
+         " tensor '" + b.name + "' (allocated at " + prog.str(b.loc) + ")";
 }
 
 std::string Ctx::undefined_origin() const {
@@ -320,7 +320,8 @@ std::string Ctx::undefined_origin() const {
     }
     ++hops;
   }
-  std::string s = "; the never-written memory they derive from was read by " + describe_read(cur->pc, blamed);
+  std::string s =
+      "; the never-written memory they derive from was read by " + describe_read(cur->pc, blamed);
   if (hops > 1) s += " and passed on by " + std::to_string(hops - 1) + " instruction(s) in between";
   return s;
 }
