@@ -506,6 +506,7 @@ void DmaIndirect(Ctx& c) {
   const bool scatter = f.i<"indirect">() != 0;
   const int64_t scale = f.i<"scale">();
   const bool skip_oob = f.i<"oob_mode">() == 1;
+  const auto q = static_cast<size_t>(f.i<"dim">());
   View d, s, ix;
   make_view(c, kd, d);
   make_view(c, ks, s);
@@ -521,12 +522,13 @@ void DmaIndirect(Ctx& c) {
   }
   // The byte extent of one entry of the indirect dimension around its base.
   int64_t ext_lo = 0, ext_hi = ind.es;
-  for (int k = 1; k < ind.ndim; ++k) {
+  for (size_t k = 0; k < static_cast<size_t>(ind.ndim); ++k) {
+    if (k == q) continue;
     const int64_t span = (ind.num[k] - 1) * ind.stride[k];
     (span < 0 ? ext_lo : ext_hi) += span;
   }
   const int64_t base_off = ind.base - hb.data;
-  const int64_t n = ind.num[0];
+  const int64_t n = ind.num[q];
   for (int64_t p = 0; p < n; ++p) {
     int64_t idx = 0;
     load_i64(ix.dtype, ix.base + p * ix.stride[0], 0, 1, &idx);
@@ -551,11 +553,11 @@ void DmaIndirect(Ctx& c) {
              "indirect DMA indices stay inside the tensor (or use oob_mode=nisa.oob_mode.skip)");
     }
     View a = ind, b = other;
-    a.num[0] = b.num[0] = 1;
+    a.num[q] = b.num[q] = 1;
     a.base += delta;
     if (a.def) a.def += delta;
-    b.base += p * other.stride[0];
-    if (b.def) b.def += p * other.stride[0];
+    b.base += p * other.stride[q];
+    if (b.def) b.def += p * other.stride[q];
     View& dd = scatter ? a : b;
     View& ss = scatter ? b : a;
     collapse_all(dd);

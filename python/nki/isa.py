@@ -327,7 +327,8 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
     ind = dst if scatter else src
     index, scale = ind._vec
     operands = {"dst": _DirectAp(dst) if scatter else dst, "src": src if scatter else _DirectAp(src), "index": index}
-    emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
+    attrs = {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode), "dim": 0}
+    emit("DmaIndirect", "dma", operands, attrs)
 
 
 @_old_style("src", tensors=("src",))
@@ -350,6 +351,8 @@ def dma_transpose(
         axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
         if axes is None:
             raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
+    if getattr(src, "_vec", None) is not None:
+        return _dma_transpose_indirect(dst, src, tuple(axes), oob_mode)
     view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
     dst, alloc = _dst(dst, view.shape, src.dtype)
     emit(
@@ -359,6 +362,26 @@ def dma_transpose(
         {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": True},
     )
     return _result(dst, alloc)
+
+
+def _dma_transpose_indirect(dst: NkiTensor, src: NkiTensor, axes: tuple, oob_mode):
+    """dma_transpose of a gathered src (ap(vector_offset=)): entry i of src's first dimension
+    comes from index[i] * scale elements from its base and lands where the transpose moves
+    that dimension (position axes.index(0) of dst)."""
+    if dst is None:
+        raise TypeError("dma_transpose: an indirect (vector_offset) source needs dst=")
+    if getattr(dst, "_vec", None) is not None:
+        raise NotImplementedError("dma_transpose: an indirect (vector_offset) dst is not supported")
+    if sorted(axes) != list(range(src.ndim)):
+        raise ValueError(f"dma_transpose: axes {axes} is not a permutation of {src.ndim} dimensions")
+    index, scale = src._vec
+    direct = _DirectAp(src)._t
+    view = NkiTensor(
+        direct._b, [src.shape[a] for a in axes], src.dtype, direct.offset, [direct.strides[a] for a in axes]
+    )
+    attrs = {"indirect": 0, "scale": scale, "oob_mode": int(oob_mode), "dim": axes.index(0)}
+    emit("DmaIndirect", "dma", {"dst": dst, "src": view, "index": index}, attrs)
+    return _result(dst, False)
 
 
 @_old_style("src", tensors=("src",))
