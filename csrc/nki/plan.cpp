@@ -208,6 +208,10 @@ bool plain_writer(Op op) {
     case Op::TensorTensorScan:
     case Op::Transpose:
     case Op::Max8:
+    case Op::Rng:
+    case Op::Rand2:
+    case Op::Dropout:
+    case Op::RandGetState:
       return true;
     default:
       return false;
