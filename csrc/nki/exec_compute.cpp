@@ -698,14 +698,21 @@ void copy_predicated(Ctx& c, Views& w) {
         std::fill(ds, ds + F, uint8_t{1});
       }
     }
+    bool bad_pred = false, bad_src = false, bad_old = false;  // which input it came from
     for (int64_t i = 0; i < F; ++i) {
       const bool take = (q[i] != 0.0f) != rev;
       if (take) o[i] = s[i];
-      if (dd) dd[i] = dq[i] & (take ? ds[i] : dd[i]);
+      if (dd) {
+        bad_pred |= !dq[i];
+        (take ? bad_src : bad_old) |= !(take ? ds[i] : dd[i]);
+        dd[i] = dq[i] & (take ? ds[i] : dd[i]);
+      }
     }
     store_row(d, p, o);
     if (dd) {
-      if (!all_defined(dd, F)) c.note_undefined(2);
+      if (bad_pred) c.note_undefined(FX::k<"predicate">);
+      if (bad_src) c.note_undefined(ks);
+      if (bad_old) c.note_undefined(FX::k<"dst">);
       store_def_row(d, p, dd);
     }
   });

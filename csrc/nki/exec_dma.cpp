@@ -556,10 +556,11 @@ void SendRecv(Ctx& c) {
 
 namespace {
 // A gather (the indirect operand is src) or scatter (dst) of entry p of the indirect operand's
-// first dimension to index[p] * scale elements from its base; add: dst entry += src entry in
-// fp32 (dma_compute's read-modify-write) instead of a copy.
+// dimension q to index[p] * scale elements from its base, with entry p of the other operand's
+// dimension q; add: dst entry += src entry in fp32 (dma_compute's read-modify-write) instead of
+// a copy.
 void indirect_transfer(Ctx& c, int kd, int ks, int kx, bool scatter, int64_t scale, bool skip_oob,
-                       bool add) {
+                       bool add, size_t q) {
   View d, s, ix;
   make_view(c, kd, d);
   make_view(c, ks, s);
@@ -575,12 +576,13 @@ void indirect_transfer(Ctx& c, int kd, int ks, int kx, bool scatter, int64_t sca
   }
   // The byte extent of one entry of the indirect dimension around its base.
   int64_t ext_lo = 0, ext_hi = ind.es;
-  for (int k = 1; k < ind.ndim; ++k) {
+  for (size_t k = 0; k < static_cast<size_t>(ind.ndim); ++k) {
+    if (k == q) continue;
     const int64_t span = (ind.num[k] - 1) * ind.stride[k];
     (span < 0 ? ext_lo : ext_hi) += span;
   }
   const int64_t base_off = ind.base - hb.data;
-  const int64_t n = ind.num[0];
+  const int64_t n = ind.num[q];
   for (int64_t p = 0; p < n; ++p) {
     int64_t idx = 0;
     load_i64(ix.dtype, ix.base + p * ix.stride[0], 0, 1, &idx);
@@ -605,11 +607,11 @@ void indirect_transfer(Ctx& c, int kd, int ks, int kx, bool scatter, int64_t sca
              "indirect DMA indices stay inside the tensor (or use oob_mode=nisa.oob_mode.skip)");
     }
     View a = ind, b = other;
-    a.num[0] = b.num[0] = 1;
+    a.num[q] = b.num[q] = 1;
     a.base += delta;
     if (a.def) a.def += delta;
-    b.base += p * other.stride[0];
-    if (b.def) b.def += p * other.stride[0];
+    b.base += p * other.stride[q];
+    if (b.def) b.def += p * other.stride[q];
     View& dd = scatter ? a : b;
     View& ss = scatter ? b : a;
     collapse_all(dd);
@@ -636,14 +638,15 @@ void DmaIndirect(Ctx& c) {
   using FX = Fields<Op::DmaIndirect>;
   const FX f{c.in()};
   indirect_transfer(c, FX::k<"dst">, FX::k<"src">, FX::k<"index">, f.i<"indirect">() != 0,
-                    f.i<"scale">(), f.i<"oob_mode">() == 1, false);
+                    f.i<"scale">(), f.i<"oob_mode">() == 1, false,
+                    static_cast<size_t>(f.i<"dim">()));
 }
 
 void DmaComputeIndirect(Ctx& c) {
   using FX = Fields<Op::DmaComputeIndirect>;
   const FX f{c.in()};
   indirect_transfer(c, FX::k<"dst">, FX::k<"src">, FX::k<"index">, f.i<"indirect">() != 0,
-                    f.i<"scale">(), f.i<"oob_mode">() == 1, true);
+                    f.i<"scale">(), f.i<"oob_mode">() == 1, true, 0);
 }
 
 void DmaCompute(Ctx& c) {

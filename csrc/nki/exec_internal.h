@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "error.h"
@@ -35,6 +36,33 @@ struct View {
   int64_t numel() const { return num[0] * free(); }
 };
 
+// The shadow bytes an operand covers (checking mode): its elements' definedness flags.
+struct Footprint {
+  const uint8_t* def = nullptr;
+  int es = 0;
+  int ndim = 0;
+  std::array<int64_t, kMaxApDims> stride{};
+  std::array<int64_t, kMaxApDims> num{};
+  int64_t numel() const;
+  // The row-major index of the element holding byte p (-1: none) and the element at index i.
+  int64_t index_of(const uint8_t* p) const;
+  const uint8_t* at_index(int64_t i) const;
+  const uint8_t* first_undefined() const;  // its first never-written byte (null: none)
+};
+
+// An instruction that read never-written memory, or values derived from it (checking mode):
+// which operand, where (its first such byte) and what the instruction wrote. Kept per
+// (instruction, operand), its latest execution, to trace an error back to the read of the
+// never-written memory its values come from.
+struct UndefinedRead {
+  int64_t seq = 0;
+  int32_t pc = 0;
+  int k = 0;                    // the operand blamed (the hint of note_undefined, if it holds
+  const uint8_t* at = nullptr;  // never-written bytes) and its first never-written byte
+  std::vector<std::pair<int, Footprint>> reads;  // every read operand holding such bytes
+  std::vector<Footprint> writes;
+};
+
 struct Ctx {
   Ctx(const Program& p, CoreState& c, const std::vector<Binding>& b, const ExecOptions& o)
       : prog(p), core(c), bind(b), opt(o) {}
@@ -46,10 +74,15 @@ struct Ctx {
   bool check = false;
   int32_t pc = 0;
   std::array<int64_t, kMaxOperands> dyn{};
-  // The first instruction that read undefined memory (checking mode), for error messages.
+  // The first instruction that read undefined memory (checking mode), and every one that did
+  // (note_undefined), for error messages.
   std::mutex undef_mu;
   int32_t first_undef_pc = -1;
   std::string first_undef_what;
+  std::vector<UndefinedRead> undef_reads;
+  std::unordered_map<int64_t, size_t> undef_index;  // pc * kMaxOperands + k -> undef_reads
+  int64_t undef_seq = 0;
+  int64_t last_undef = -1;
 
   const Instr& in() const { return prog.instrs()[pc]; }
   bool has(int k) const { return k < in().nap && in().ap[k].present(); }
@@ -57,8 +90,12 @@ struct Ctx {
                          const std::string& rule) const {
     throw NkiError(kind, prog.instr_name(in()), prog.location(in()), msg, rule);
   }
+  // Operand k of the current instruction read never-written memory or values derived from it.
   void note_undefined(int k);
+  // For an error at the current instruction, after note_undefined: "; ..." naming the
+  // instruction that read the never-written memory the offending values derive from.
   std::string undefined_origin() const;
+  std::string describe_read(int32_t at_pc, int k) const;
 };
 
 // One dimension of a copy refined to a shape common to its destination and source: count, dst

@@ -363,7 +363,7 @@ void Matmul(Ctx& c) {
     uint8_t* col_s = sc.db(2, M);
     uint8_t* col_m = sc.db(3, N);
     uint8_t* out = sc.db(4, N);
-    bool undefined = false;
+    bool undefined = false, onto_undefined = false;  // an input; the PSUM accumulated onto
     if (transpose) {
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
@@ -373,6 +373,7 @@ void Matmul(Ctx& c) {
         if (acc) {
           uint8_t* prev = sc.db(5, N);
           load_def_row(d, i, prev);
+          onto_undefined |= !all_defined(prev, N);
           for (int64_t j = 0; j < N; ++j) out[j] &= prev[j];
         }
         store_def_row(d, i, out);
@@ -387,11 +388,15 @@ void Matmul(Ctx& c) {
       undefined = !all_defined(col_s, M) || !all_defined(col_m, N);
       uint8_t* prev = sc.db(5, N);
       for (int64_t i = 0; i < M; ++i) {
-        if (acc) load_def_row(d, i, prev);
+        if (acc) {
+          load_def_row(d, i, prev);
+          onto_undefined |= !all_defined(prev, N);
+        }
         for (int64_t j = 0; j < N; ++j) out[j] = col_s[i] & col_m[j] & (acc ? prev[j] : uint8_t{1});
         store_def_row(d, i, out);
       }
     }
+    if (onto_undefined) c.note_undefined(FX::k<"dst">);
     if (undefined) c.note_undefined(all_defined(col_s, M) ? FX::k<"moving"> : FX::k<"stationary">);
   }
 }

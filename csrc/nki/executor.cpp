@@ -105,20 +105,225 @@ Scratch& scratch() {
   return s;
 }
 
+namespace {
+
+constexpr size_t kMaxUndefinedReads = 1 << 16;
+
+Footprint footprint(const View& v) {
+  Footprint f;
+  f.def = v.def;
+  f.es = v.es;
+  f.ndim = v.ndim;
+  f.stride = v.stride;
+  f.num = v.num;
+  return f;
+}
+
+// Calls fn(shadow of element) for every element of f, in order, until fn returns true.
+template <typename Fn>
+bool any_element(const Footprint& f, Fn&& fn) {
+  if (!f.def || f.ndim == 0) return f.def && fn(f.def);
+  for (int d = 0; d < f.ndim; ++d)
+    if (f.num[static_cast<size_t>(d)] <= 0) return false;
+  std::array<int64_t, kMaxApDims> i{};
+  for (;;) {
+    const uint8_t* p = f.def;
+    for (size_t d = 0; d < static_cast<size_t>(f.ndim); ++d) p += i[d] * f.stride[d];
+    if (fn(p)) return true;
+    size_t d = static_cast<size_t>(f.ndim);
+    while (d > 0 && ++i[d - 1] == f.num[d - 1]) i[--d] = 0;
+    if (d == 0) return false;
+  }
+}
+
+}  // namespace
+
+int64_t Footprint::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= num[static_cast<size_t>(d)];
+  return def ? n : 0;
+}
+
+int64_t Footprint::index_of(const uint8_t* p) const {
+  if (!def) return -1;
+  // Bounds first; then, for nested strides (each dimension steps over the whole extent of
+  // the ones inside it: every on-chip tile and most views), the digits of p's offset.
+  const uint8_t* lo = def;
+  int64_t span = es;
+  struct D {
+    int64_t stride, num;
+    int dim;
+    bool neg;
+  };
+  std::array<D, kMaxApDims> dims{};
+  int nd = 0;
+  for (int d = 0; d < ndim; ++d) {
+    int64_t st = stride[static_cast<size_t>(d)], n = num[static_cast<size_t>(d)];
+    if (n <= 0) return -1;
+    if (n == 1 || st == 0) continue;
+    if (st < 0) lo += (n - 1) * st;
+    span += (n - 1) * (st < 0 ? -st : st);
+    dims[static_cast<size_t>(nd++)] = {st < 0 ? -st : st, n, d, st < 0};
+  }
+  if (p < lo || p >= lo + span) return -1;
+  for (size_t a = 1; a < static_cast<size_t>(nd); ++a)  // largest stride first (<= 6 of them)
+    for (size_t b = a; b > 0 && dims[b - 1].stride < dims[b].stride; --b)
+      std::swap(dims[b - 1], dims[b]);
+  bool nested = true;
+  int64_t inner = es;
+  for (int d = nd - 1; d >= 0; --d) {
+    nested &= dims[static_cast<size_t>(d)].stride >= inner;
+    inner += (dims[static_cast<size_t>(d)].num - 1) * dims[static_cast<size_t>(d)].stride;
+  }
+  if (nested) {
+    std::array<int64_t, kMaxApDims> ix{};
+    int64_t rem = p - lo;
+    for (int d = 0; d < nd; ++d) {
+      const D& x = dims[static_cast<size_t>(d)];
+      const int64_t i = std::min(rem / x.stride, x.num - 1);
+      rem -= i * x.stride;
+      ix[static_cast<size_t>(x.dim)] = x.neg ? x.num - 1 - i : i;
+    }
+    if (rem >= es) return -1;
+    int64_t flat = 0;
+    for (size_t d = 0; d < static_cast<size_t>(ndim); ++d) flat = flat * num[d] + ix[d];
+    return flat;
+  }
+  int64_t flat = 0, found = -1;
+  any_element(*this, [&](const uint8_t* e) {
+    if (p >= e && p < e + es) found = flat;
+    ++flat;
+    return found >= 0;
+  });
+  return found;
+}
+
+const uint8_t* Footprint::at_index(int64_t i) const {
+  const uint8_t* p = def;
+  for (int d = ndim - 1; d >= 0; --d) {
+    const int64_t n = num[static_cast<size_t>(d)];
+    p += (i % n) * stride[static_cast<size_t>(d)];
+    i /= n;
+  }
+  return p;
+}
+
+const uint8_t* Footprint::first_undefined() const {
+  const uint8_t* found = nullptr;
+  any_element(*this, [&](const uint8_t* e) {
+    for (int b = 0; b < es; ++b)
+      if (!e[b]) {
+        found = e + b;
+        return true;
+      }
+    return false;
+  });
+  return found;
+}
+
 void Ctx::note_undefined(int k) {
   std::lock_guard<std::mutex> g(undef_mu);
-  if (first_undef_pc >= 0) return;
-  first_undef_pc = pc;
+  const int64_t key = static_cast<int64_t>(pc) * kMaxOperands + k;
+  auto it = undef_index.find(key);
+  if (it == undef_index.end()) {
+    if (undef_reads.size() >= kMaxUndefinedReads) return;
+    it = undef_index.emplace(key, undef_reads.size()).first;
+    undef_reads.emplace_back();
+  }
+  UndefinedRead& r = undef_reads[it->second];
+  r.seq = undef_seq++;
+  r.pc = pc;
+  r.k = k;
+  r.at = nullptr;
+  r.reads.clear();
+  r.writes.clear();
   const Instr& i = in();
+  // The hint k first, then the other inputs: which of them hold never-written bytes.
+  for (int j = -1; j < i.nap; ++j) {
+    const int o = j < 0 ? k : j;
+    if ((j >= 0 && o == k) || !has(o) || (o != k && i.def().operands[o].writes())) continue;
+    View v;
+    if (!make_view(*this, o, v) || !v.def) continue;
+    const Footprint f = footprint(v);
+    const uint8_t* at = f.first_undefined();
+    if (!at) continue;
+    if (!r.at) {
+      r.k = o;
+      r.at = at;
+    }
+    r.reads.emplace_back(o, f);
+  }
+  for (int w = 0; w < i.nap; ++w) {
+    if (!has(w) || !i.def().operands[w].writes()) continue;
+    View wv;
+    if (make_view(*this, w, wv) && wv.def) r.writes.push_back(footprint(wv));
+  }
+  if (first_undef_pc < 0) {
+    first_undef_pc = pc;
+    first_undef_what = describe_read(pc, r.k);
+  }
+  last_undef = static_cast<int64_t>(it->second);
+}
+
+std::string Ctx::describe_read(int32_t at_pc, int k) const {
+  const Instr& i = prog.instrs()[static_cast<size_t>(at_pc)];
   const Buffer& b = prog.buffers()[i.ap[k].buf];
-  first_undef_what = prog.instr_name(i) + " at " + prog.location(i) + " reading " +
-                     std::string(mem_name(b.mem)) + " tensor '" + b.name + "' (allocated at " +
-                     prog.str(b.loc) + ")";
+  const char* how = " reading ";
+  if (i.op == Op::Matmul && k == isa::Fields<Op::Matmul>::k<"dst">) how = " accumulating onto ";
+  if (i.op == Op::CopyPredicated && k == isa::Fields<Op::CopyPredicated>::k<"dst">)
+    how = " keeping never-written elements of ";
+  return prog.instr_name(i) + " at " + prog.location(i) + how + std::string(mem_name(b.mem)) +
+         " tensor '" + b.name + "' (allocated at " + prog.str(b.loc) + ")";
 }
 
 std::string Ctx::undefined_origin() const {
   if (first_undef_pc < 0) return "";
-  return "; the first read of never-written memory was " + first_undef_what;
+  if (last_undef < 0) return "; the first read of never-written memory was " + first_undef_what;
+  // Back from the offending read: the latest earlier instruction that wrote the never-written
+  // byte it read took it from never-written memory itself (or from values derived from it):
+  // from the same element of an input of its shape that is still never-written, else from its
+  // first never-written input byte. The first one without such a writer read memory nothing
+  // had written.
+  const UndefinedRead* cur = &undef_reads[static_cast<size_t>(last_undef)];
+  int blamed = cur->k;
+  const uint8_t* at = cur->at;
+  int hops = 0;
+  while (at && hops < 100000) {
+    const UndefinedRead* best = nullptr;
+    int64_t idx = -1, n = 0;
+    for (const UndefinedRead& r : undef_reads) {
+      if (r.seq >= cur->seq || (best && r.seq <= best->seq)) continue;
+      for (const Footprint& f : r.writes) {
+        const int64_t x = f.index_of(at);
+        if (x < 0) continue;
+        best = &r;
+        idx = x;
+        n = f.numel();
+        break;
+      }
+    }
+    if (!best) break;
+    cur = best;
+    blamed = cur->k;
+    at = cur->at;
+    for (const auto& [k, f] : cur->reads) {
+      if (f.numel() != n) continue;
+      const uint8_t* e = f.at_index(idx);
+      const uint8_t* bad = nullptr;
+      for (int b = 0; b < f.es && !bad; ++b)
+        if (!e[b]) bad = e + b;
+      if (bad) {
+        blamed = k;
+        at = bad;
+        break;
+      }
+    }
+    ++hops;
+  }
+  std::string s =
+      "; the never-written memory they derive from was read by " + describe_read(cur->pc, blamed);
+  if (hops > 1) s += " and passed on by " + std::to_string(hops - 1) + " instruction(s) in between";
+  return s;
 }
 
 bool make_view(Ctx& c, int k, View& v) {

@@ -450,14 +450,19 @@ void Program::allocate() {
         b.addr = b.fixed_offset;
       } else {
         // Tensors start at partition 0 and first fit the bytes no live tensor uses. When that
-        // does not fit, a tensor of fewer partitions may start at a partition quadrant (0, 32,
-        // 64, 96) beside live tensors on other partitions: SBUF is 128 partitions x bytes, and
-        // tensors on disjoint partition ranges can share bytes.
+        // does not fit, a tensor of fewer partitions may start beside live tensors on other
+        // partitions: SBUF is 128 partitions x bytes, and tensors on disjoint partition ranges
+        // can share bytes. Where a tensor may start depends on its partition count (the
+        // architecture guide's start_partition rule): 0 for more than 64 partitions, 0 or 64
+        // for 33..64, a quadrant (0/32/64/96) for 32 or fewer.
         b.part0 = 0;
         int64_t addr = first_fit(b, live, 0, true);
         const int64_t quadrant = target_.partitions / 4;
+        const int64_t step = b.partitions <= quadrant       ? quadrant
+                             : b.partitions <= 2 * quadrant ? 2 * quadrant
+                                                            : target_.partitions;
         if (addr + extent(b) > cap && mem == Mem::Sbuf && b.partitions < target_.partitions)
-          for (int64_t p0 = 0; p0 + b.partitions <= target_.partitions; p0 += quadrant) {
+          for (int64_t p0 = 0; p0 + b.partitions <= target_.partitions; p0 += step) {
             const int64_t a = first_fit(b, live, p0, false);
             if (a + extent(b) <= cap) {
               addr = a;
@@ -466,8 +471,16 @@ void Program::allocate() {
             }
           }
         if (addr + extent(b) > cap) {
-          int64_t total = extent(b);
-          for (int32_t o : live) total += extent(buffers_[o]);
+          // What the busiest partition needs (tensors on other partitions do not count there).
+          int64_t total = 0;
+          for (int64_t p = 0; p < target_.partitions; ++p) {
+            int64_t need = p < b.partitions ? extent(b) : 0;
+            for (int32_t o : live) {
+              const auto [q0, q1] = prange(buffers_[o]);
+              if (q0 <= p && p < q1) need += extent(buffers_[o]);
+            }
+            total = std::max(total, need);
+          }
           std::vector<int32_t> by_size = live;
           std::sort(by_size.begin(), by_size.end(), [&](int32_t x, int32_t y) {
             return extent(buffers_[x]) > extent(buffers_[y]);
@@ -486,9 +499,15 @@ void Program::allocate() {
           throw NkiError("validation", instr_name(at), location(at),
                          mname + " capacity exceeded when tensor '" + b.name + "' (allocated at " +
                              str(b.loc) + ", " + std::to_string(extent(b)) +
-                             " B per partition) becomes live: live tensors need " +
-                             std::to_string(total) + " bytes per partition" + unit + " but " +
-                             mname + " has " + std::to_string(cap) +
+                             " B per partition) becomes live: " +
+                             (total > cap ? "live tensors need " + std::to_string(total) +
+                                                " bytes per partition" + unit + " but " + mname +
+                                                " has " + std::to_string(cap)
+                                          : "no " + std::to_string(extent(b)) +
+                                                " bytes are free at the same offset on every "
+                                                "partition it needs (live tensors need at most " +
+                                                std::to_string(total) + " of " +
+                                                std::to_string(cap) + " bytes per partition)") +
                              (live.empty() ? "" : "; live: " + detail),
                          mname + " capacity per partition (" + std::to_string(cap) + " bytes" +
                              (mem == Mem::Psum ? ", 8 banks of 2 KiB" : "") + ")");

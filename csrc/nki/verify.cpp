@@ -350,6 +350,13 @@ void check_indirect(const Checker& c) {
   constexpr int d = F::template k<"dst">, s = F::template k<"src">, x = F::template k<"index">;
   const int ind = F{c.in}.template i<"indirect">() ? d : s, other = ind == d ? s : d;
   const Ap &da = c.in.ap[d], &sa = c.in.ap[s], &xa = c.in.ap[x];
+  int q = 0;  // the indexed dimension (dma_transpose of a gather moves it)
+  if constexpr (Id == Op::DmaIndirect) q = static_cast<int>(F{c.in}.template i<"dim">());
+  const Ap &ia = c.in.ap[ind], &oa = c.in.ap[other];
+  if (q >= ia.ndim || q >= oa.ndim)
+    c.fail("the indexed dimension " + std::to_string(q) + " is not a dimension of " +
+               c.role(ind) + " " + shape_of(ia) + " and " + c.role(other) + " " + shape_of(oa),
+           "an indirect DMA indexes a dimension both operands have");
   if (c.mem(ind) != Mem::Hbm)
     c.fail("the indirect operand '" + c.name(ind) + "' is in " + std::string(mem_name(c.mem(ind))),
            "an indirect DMA gathers from or scatters to an HBM tensor");
@@ -358,15 +365,15 @@ void check_indirect(const Checker& c) {
                " elements) but dst has shape " + shape_of(da) + " (" + std::to_string(da.numel()) +
                " elements)",
            "DMA copy in/out element counts must match");
-  const int64_t n = c.P(ind);
+  const int64_t n = ia.num[q];
   if (xa.numel() != n || c.F(x) != 1)
     c.fail("index has shape " + shape_of(xa) + " for " + std::to_string(n) +
                " entries of the indirect dimension",
-           "an indirect DMA takes one index per entry of the first dimension: a [P, 1] tile");
-  if (c.P(other) != n)
-    c.fail(c.role(other) + " has " + std::to_string(c.P(other)) + " entries in its first dimension, " +
-               c.role(ind) + " " + std::to_string(n),
-           "the other operand of an indirect DMA has one entry per index in its first dimension");
+           "an indirect DMA takes one index per entry of the indexed dimension: a [P, 1] tile");
+  if (oa.num[q] != n)
+    c.fail(c.role(other) + " has " + std::to_string(oa.num[q]) + " entries in dimension " +
+               std::to_string(q) + ", " + c.role(ind) + " " + std::to_string(n),
+           "the other operand of an indirect DMA has one entry per index in the indexed dimension");
   if (c.dt(d) != c.dt(s) && (dt_is_packed(c.dt(d)) || dt_is_packed(c.dt(s))))
     c.fail("cannot cast between " + std::string(dt_name(c.dt(s))) + " and " +
                std::string(dt_name(c.dt(d))),

@@ -99,7 +99,7 @@ class Trace:
         self.loc_cache: dict[tuple, int] = {}
         self.api: str | None = None
         self.hbm: list[dict] = []  # per HBM slot: {"kind": "in"/"shared"/"private", ...}
-        self.psum_written: dict[int, list[tuple[int, int]]] = {}
+        self.psum_written: dict = {}  # PSUM tensor id -> bytes an nc_matmul wrote (numpy bool)
         self.fresh_matmul = None  # (buffer, instruction index, nc_matmul arguments) of an old-style result
         self.loop_depth = 0
         self.default_loc = -1

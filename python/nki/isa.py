@@ -183,13 +183,29 @@ def _scalar_or_vec(x):
 
 
 def _psum_accumulate(dst: NkiTensor) -> bool:
-    """accumulate=None: the first nc_matmul into a PSUM region overwrites, later ones add."""
+    """accumulate=None: the first nc_matmul into a PSUM location overwrites, later ones add.
+
+    Locations are the bytes of `dst`'s tensor the access pattern touches, not its bounding
+    interval: the columns of one PSUM tile written by separate matmuls ((P, 1) views with the
+    partition stride) are distinct locations, each starting its own accumulation group."""
+    import numpy as np
+
     tr = _tracer.current()
-    lo = dst.offset
-    hi = dst.offset + sum((n - 1) * s for n, s in zip(dst.shape, dst.strides))
-    ranges = tr.psum_written.setdefault(dst._b.id, [])
-    hit = any(a <= hi and lo <= b for a, b in ranges)
-    ranges.append((lo, hi))
+    b = dst._b
+    written = tr.psum_written.get(b.id)
+    if written is None:
+        nbytes = math.prod(b.shape) * b.dtype.itemsize
+        written = tr.psum_written[b.id] = np.zeros(nbytes, dtype=bool)
+    isz = dst.dtype.itemsize
+    idx = np.full((1,) * dst.ndim, dst.offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(dst.shape, dst.strides)):
+        shape = [1] * dst.ndim
+        shape[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    first = (idx.reshape(-1, 1) * isz + np.arange(isz, dtype=np.int64)).reshape(-1)
+    first = first[(first >= 0) & (first < written.size)]
+    hit = bool(written[first].any())
+    written[first] = True
     return hit
 
 
@@ -313,7 +329,8 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
     ind = dst if scatter else src
     index, scale = ind._vec
     operands = {"dst": _DirectAp(dst) if scatter else dst, "src": src if scatter else _DirectAp(src), "index": index}
-    emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
+    attrs = {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode), "dim": 0}
+    emit("DmaIndirect", "dma", operands, attrs)
 
 
 def _same_access(a: NkiTensor, b: NkiTensor) -> bool:
@@ -445,6 +462,8 @@ def dma_transpose(
         axes = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
         if axes is None:
             raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
+    if getattr(src, "_vec", None) is not None:
+        return _dma_transpose_indirect(dst, src, tuple(axes), oob_mode)
     view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
     dst, alloc = _dst(dst, view.shape, src.dtype)
     emit(
@@ -454,6 +473,26 @@ def dma_transpose(
         {"oob_mode": int(oob_mode), "dge_mode": int(dge_mode), "is_transpose": True},
     )
     return _result(dst, alloc)
+
+
+def _dma_transpose_indirect(dst: NkiTensor, src: NkiTensor, axes: tuple, oob_mode):
+    """dma_transpose of a gathered src (ap(vector_offset=)): entry i of src's first dimension
+    comes from index[i] * scale elements from its base and lands where the transpose moves
+    that dimension (position axes.index(0) of dst)."""
+    if dst is None:
+        raise TypeError("dma_transpose: an indirect (vector_offset) source needs dst=")
+    if getattr(dst, "_vec", None) is not None:
+        raise NotImplementedError("dma_transpose: an indirect (vector_offset) dst is not supported")
+    if sorted(axes) != list(range(src.ndim)):
+        raise ValueError(f"dma_transpose: axes {axes} is not a permutation of {src.ndim} dimensions")
+    index, scale = src._vec
+    direct = _DirectAp(src)._t
+    view = NkiTensor(
+        direct._b, [src.shape[a] for a in axes], src.dtype, direct.offset, [direct.strides[a] for a in axes]
+    )
+    attrs = {"indirect": 0, "scale": scale, "oob_mode": int(oob_mode), "dim": axes.index(0)}
+    emit("DmaIndirect", "dma", {"dst": dst, "src": view, "index": index}, attrs)
+    return _result(dst, False)
 
 
 @_old_style("src", tensors=("src",))

@@ -520,6 +520,50 @@ def test_uninitialized_psum_accumulation_is_reported():
     expect(k, (X,), "uninitialized", marker="# MARK", kind="uninitialized")
 
 
+def test_uninitialized_report_names_the_read_the_garbage_comes_from():
+    # The kernel first computes on never-written rows that it overwrites before use (fine), then
+    # accumulates onto never-written PSUM: the error names that matmul, not the first read.
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((64, 2), nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a[0:64], src=x[0:64])
+        b = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=b, data=a, op0=nl.multiply, operand0=2.0)  # rows 64.. are garbage
+        nisa.dma_copy(dst=b[64:128], src=x[64:128])
+        ps = nl.ndarray((64, 2), nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps[:, 0:1], stationary=b, moving=b[:, 0:1])
+        nisa.nc_matmul(dst=ps[:, 1:2], stationary=b, moving=b[:, 1:2], accumulate=True)  # ORIGIN
+        r = nl.ndarray((64, 2), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=ps)
+        nisa.dma_copy(dst=out, src=r)  # MARK
+        return out
+
+    err = expect(k, (X,), "derived from uninitialized", marker="# MARK", kind="uninitialized")
+    origin = line_of(k.func, "# ORIGIN")
+    assert f"{THIS}:{origin} accumulating onto PSUM tensor" in str(err), str(err)
+    assert "passed on by 1 instruction(s)" in str(err), str(err)
+
+
+def test_uninitialized_report_names_predicated_copy_keeping_garbage():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        src = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=x)
+        pred = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=pred, value=0.0)
+        nisa.memset(dst=pred[:, 0:32], value=1.0)
+        d = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy_predicated(dst=d, src=src, predicate=pred)  # ORIGIN: columns 32.. kept
+        nisa.dma_copy(dst=out, src=d)  # MARK
+        return out
+
+    err = expect(k, (X,), "derived from uninitialized", marker="# MARK", kind="uninitialized")
+    origin = line_of(k.func, "# ORIGIN")
+    assert f"{THIS}:{origin} keeping never-written elements of SBUF tensor" in str(err), str(err)
+
+
 def test_masked_garbage_that_never_reaches_hbm_is_fine():
     # The aws RMSNorm sample computes on the rows beyond a ragged edge but stores only valid rows.
     @nki.jit

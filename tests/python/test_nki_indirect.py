@@ -162,3 +162,40 @@ def test_indices_from_never_written_memory_are_reported():
 
     with pytest.raises(Exception, match="never-written memory"):
         nki.simulate(k)(_rand(10, 8))
+
+
+@nki.jit
+def gather_blocks_transposed(cache, table):
+    """A block KV cache read as decode attention's K operand: cache [blocks, bl, d], table [P, 1]
+    block ids; out [d, bl, P] with out[x, j, p] = cache[table[p], j, x] (one indirect
+    dma_transpose: the gathered dimension lands last)."""
+    nb, bl, d = cache.shape
+    P = table.shape[0]
+    idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=table)
+    t = nl.ndarray((d, 1, bl, P), dtype=cache.dtype, buffer=nl.sbuf)
+    src = cache.reshape((nb, 1, bl, d)).ap(
+        [[bl * d, P], [1, 1], [d, bl], [1, d]], offset=0, vector_offset=idx, indirect_dim=0
+    )
+    nisa.dma_transpose(dst=t, src=src, axes=(3, 1, 2, 0))
+    out = nl.ndarray((d, bl, P), dtype=cache.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t.reshape((d, bl, P)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_indirect_dma_transpose_gathers_blocks(dtype):
+    dt = nl.bfloat16 if dtype == "bfloat16" else dtype
+    cache = _rand(40, 16, 32).astype(dt)
+    table = np.random.default_rng(3).permutation(40)[:24].reshape(24, 1).astype(np.uint32)
+    want = cache[table[:, 0]].transpose(2, 1, 0)
+    # Copies: bit-exact.
+    np.testing.assert_array_equal(nki.simulate(gather_blocks_transposed)(cache, table), want)
+    np.testing.assert_array_equal(gather_blocks_transposed(cache, table), want)
+
+
+def test_indirect_dma_transpose_index_out_of_range():
+    cache = _rand(4, 8, 16)
+    table = np.array([[0], [9]], np.uint32)
+    with pytest.raises(Exception, match="outside the tensor"):
+        nki.simulate(gather_blocks_transposed)(cache, table)

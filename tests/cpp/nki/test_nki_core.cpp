@@ -223,6 +223,63 @@ TEST(NkiCore, SbufCapacityExceeded) {
   EXPECT_NE(msg.find("229376"), std::string::npos) << msg;
 }
 
+// Where a tensor of fewer partitions may start follows its partition count (the architecture
+// guide's start_partition rule): 33..64 partitions at 0 or 64, at most 32 at any quadrant.
+TEST(NkiCore, SbufStartPartitionFollowsPartitionCount) {
+  nki::Program p(nki::Target{});
+  const int64_t n = 200 * 1024 / 4;  // 200 KiB per partition: two never share a partition
+  const int a = buffer(p, nki::Mem::Sbuf, DT::Float32, {32, n}, "a");
+  const int b = buffer(p, nki::Mem::Sbuf, DT::Float32, {64, n}, "b");
+  const int c = buffer(p, nki::Mem::Sbuf, DT::Float32, {32, n}, "c");
+  int line = 40;
+  for (auto [t, parts] : {std::pair{a, 32}, {b, 64}, {c, 32}}) {
+    Instr m = instr(p, Op::Memset, nki::Engine::Vector,
+                    {ap(t, DT::Float32, 0, {{n, parts}, {1, n}})}, line++);
+    p.add(m);
+  }
+  // All three are read at the end, so all are live together.
+  p.add(instr(p, Op::TensorTensor, nki::Engine::Vector,
+              {ap(a, DT::Float32, 0, {{n, 32}, {1, 64}}), ap(b, DT::Float32, 0, {{n, 32}, {1, 64}}),
+               ap(c, DT::Float32, 0, {{n, 32}, {1, 64}})},
+              50));
+  p.finalize();
+  EXPECT_EQ(p.buffers()[a].part0, 0);
+  EXPECT_EQ(p.buffers()[b].part0, 64);  // not 32: a 64-partition tensor starts at 0 or 64
+  EXPECT_EQ(p.buffers()[c].part0, 32);
+}
+
+// A tensor that fits on every partition but finds no byte range free on all the partitions it
+// needs is refused as such, with what the busiest partition needs (not the sum over all).
+TEST(NkiCore, SbufFragmentationIsReportedAsSuch) {
+  nki::Program p(nki::Target{});
+  constexpr int64_t kKiB = 1024 / 4;  // fp32 elements per KiB
+  const int g = buffer(p, nki::Mem::Sbuf, DT::Float32, {128, 60 * kKiB}, "g");
+  const int lo = buffer(p, nki::Mem::Sbuf, DT::Float32, {64, 100 * kKiB}, "lo");
+  const int hi = buffer(p, nki::Mem::Sbuf, DT::Float32, {64, 150 * kKiB}, "hi");
+  const int all = buffer(p, nki::Mem::Sbuf, DT::Float32, {128, 64 * kKiB}, "all");
+  auto tile = [](int t, int64_t parts, int64_t f, int64_t pitch) {
+    return ap(t, DT::Float32, 0, {{pitch, parts}, {1, f}});
+  };
+  p.add(instr(p, Op::Memset, nki::Engine::Vector, {tile(g, 128, 60 * kKiB, 60 * kKiB)}, 40));
+  // lo after g on partitions [0, 64); hi does not fit there and goes to [64, 128) after g.
+  p.add(instr(p, Op::Memset, nki::Engine::Vector, {tile(lo, 64, 100 * kKiB, 100 * kKiB)}, 41));
+  p.add(instr(p, Op::Memset, nki::Engine::Vector, {tile(hi, 64, 150 * kKiB, 150 * kKiB)}, 42));
+  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+              {tile(lo, 64, 64, 100 * kKiB), tile(g, 64, 64, 60 * kKiB)}, 43));
+  // g is dead: 164 KiB / 214 KiB per partition are needed, but the 64 KiB of `all` are free
+  // at the same bytes of every partition nowhere.
+  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+              {tile(all, 64, 64, 64 * kKiB), tile(hi, 64, 64, 150 * kKiB)}, 44));
+  p.add(instr(p, Op::TensorCopy, nki::Engine::Vector,
+              {tile(lo, 64, 64, 100 * kKiB), tile(all, 64, 64, 64 * kKiB)}, 45));
+  const std::string msg = error_of([&] { p.finalize(); });
+  EXPECT_NE(msg.find("SBUF capacity exceeded when tensor 'all'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("no 65536 bytes are free at the same offset on every partition"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("at most 219136 of 229376 bytes per partition"), std::string::npos) << msg;
+}
+
 TEST(NkiCore, UninitializedReadReachingHbmIsReported) {
   auto p = std::make_shared<nki::Program>(nki::Target{});
   const int out = buffer(*p, nki::Mem::Hbm, DT::Float32, {128, 8}, "out");
