@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <functional>
 
 #include "exec_internal.h"
 #include "kernels/blas.h"
@@ -170,42 +171,57 @@ bool thin_views(Ctx& c, ThinMatmul& t) {
 
 }  // namespace
 
-// A run of consecutive thin matmuls (Plan::matmul_run): matmuls read SBUF (or HBM in place)
-// and write PSUM only, so their GEMVs are independent and run as one parallel job over column
-// chunks of all of them (the host threads share the weight traffic); then the results are
-// stored in program order, so PSUM accumulation adds in the same order as one by one.
-bool matmul_run(Ctx& c, int32_t count) {
+// A matmul run (Plan::matmul_run): its matmuls read SBUF (or HBM in place) and write PSUM
+// only, and the instructions between them write nothing the run's matmuls read, so all of its
+// GEMVs run first as one parallel job over column chunks (the host threads share the weight
+// traffic); then, in program order, each matmul's result is stored (PSUM accumulation adds in
+// the same order as one by one) and every other instruction runs through `step`.
+bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   constexpr int64_t kChunkBytes = 32 * 1024;  // weight bytes per work item
-  Scratch& sc = scratch();
   const int32_t pc0 = c.pc;
-  std::vector<ThinMatmul> mm(static_cast<size_t>(count));
-  std::vector<int64_t> offset(static_cast<size_t>(count) + 1, 0);
+  const auto& member = c.plan->run_member;
+  std::vector<ThinMatmul> mm;
+  std::vector<int64_t> offset(1, 0);
   struct Item {
     int32_t i;
     int64_t j0, j1;
   };
   std::vector<Item> items;
-  bool ok = true;
-  for (int32_t i = 0; i < count && ok; ++i) {
-    c.pc = pc0 + i;
-    ThinMatmul& t = mm[static_cast<size_t>(i)];
-    ok = thin_views(c, t);
-    if (!ok) break;
-    offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + t.rows * t.width;
+  for (int32_t pc = pc0; pc < pc0 + span; ++pc) {
+    if (!member[static_cast<size_t>(pc)]) continue;
+    c.pc = pc;
+    ThinMatmul& t = mm.emplace_back();
+    if (!thin_views(c, t)) {
+      c.pc = pc0;
+      return false;
+    }
+    const auto i = static_cast<int32_t>(mm.size() - 1);
+    offset.push_back(offset.back() + t.rows * t.width);
     const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width));
     const int64_t cols = std::max<int64_t>(16, kChunkBytes / per_col / 16 * 16);
     for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, j, std::min(t.width, j + cols)});
   }
-  c.pc = pc0;
-  if (!ok) return false;
-  float* A = sc.fb(0, offset.back());
+  // Not the per-instruction scratch: the instructions between the matmuls use that.
+  thread_local std::vector<float> results;
+  if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
+  float* A = results.data();
   rt::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const Item& it = items[static_cast<size_t>(k)];
       mm[static_cast<size_t>(it.i)].columns(A + offset[static_cast<size_t>(it.i)], it.j0, it.j1);
     }
   });
-  for (int32_t i = 0; i < count; ++i) mm[static_cast<size_t>(i)].store(A + offset[static_cast<size_t>(i)]);
+  size_t next = 0;
+  for (c.pc = pc0; c.pc < pc0 + span;) {
+    if (member[static_cast<size_t>(c.pc)]) {
+      mm[next].store(A + offset[next]);
+      ++next;
+      ++c.pc;
+    } else {
+      step();
+    }
+  }
+  c.pc = pc0;
   return true;
 }
 
