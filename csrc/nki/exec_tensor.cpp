@@ -2,6 +2,7 @@
 // array accumulates) and nc_transpose.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 
@@ -205,8 +206,13 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   thread_local std::vector<float> results;
   if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
   float* A = results.data();
-  rt::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
+  // Items are claimed one at a time, in order, by whichever thread is free: a helper that wakes
+  // late (or is descheduled on a busy host) leaves its share to the others instead of holding
+  // up the run with a fixed half.
+  std::atomic<int64_t> claim{0};
+  const auto count = static_cast<int64_t>(items.size());
+  rt::parallel_for(0, std::min<int64_t>(count, rt::num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t k; (k = claim.fetch_add(1, std::memory_order_relaxed)) < count;) {
       const Item& it = items[static_cast<size_t>(k)];
       mm[static_cast<size_t>(it.i)].columns(A + offset[static_cast<size_t>(it.i)], it.j0, it.j1);
     }
