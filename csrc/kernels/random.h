@@ -12,6 +12,10 @@
 
 namespace neuron::kernels {
 
+// One output of splitmix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number
+// generators", 2014) from state x: mixes x + 0x9E3779B97F4A7C15. Derives independent seeds.
+uint64_t splitmix64(uint64_t x);
+
 // Philox4x32-10 of a 128-bit counter under a 64-bit key (Random123's philox4x32_10).
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 // The block the fills use: counter = (counter_lo, counter_hi, 0, 0), key = (seed_lo, seed_hi).

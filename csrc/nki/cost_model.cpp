@@ -154,6 +154,36 @@ void DmaIndirect(const CostCtx& x, InstrCost& c) {
   dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
 }
 
+// DMA compute: every source streams through the DMA engines into the destination (one
+// transfer per source, the destination written once); the fp32 arithmetic is pipelined with
+// the transfer and adds no time of its own (the docs give no separate rate).
+void DmaCompute(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaCompute>;
+  constexpr int kd = FX::k<"dst">;
+  double ns = 0;
+  int64_t read = 0;
+  for (int k = FX::k<"src0">; k <= FX::k<"src3">; ++k) {
+    if (k >= x.in.nap || !x.in.ap[k].present()) continue;
+    InstrCost one;
+    dma_transfer(x, kd, k, false, one);
+    ns += one.ns;
+    read += one.hbm_read;
+    c = one;
+  }
+  c.ns = ns;
+  c.hbm_read = read;
+}
+
+// The read-modify-write of a gather/scatter-add: the destination entries are read too.
+void DmaComputeIndirect(const CostCtx& x, InstrCost& c) {
+  using FX = Fields<Op::DmaComputeIndirect>;
+  InstrCost rd;
+  dma_transfer(x, FX::k<"dst">, FX::k<"dst">, false, rd);
+  dma_transfer(x, FX::k<"dst">, FX::k<"src">, false, c);
+  c.ns += rd.ns;
+  c.hbm_read += rd.hbm_read;
+}
+
 // sendrecv: the tile crosses to the peer core's memory as one DMA transfer; its fixed latency
 // (dma_fixed_ns) is the cross-core semaphore hand-off. The wait for the peer is the
 // scheduler's (estimate_launch synchronises the cores' timelines at the rendezvous).
@@ -301,6 +331,12 @@ void LocalGather(const CostCtx& x, InstrCost& c) {
   const Fields<Op::LocalGather> f{x.in};
   c.ns = cyc(150.0 + static_cast<double>(f.i<"num_valid_indices">()), x.p.gpsimd_ghz);
 }
+// The documented estimate: 4 n + K GpSimd cycles (every 16-partition core in parallel).
+void TopK(const CostCtx& x, InstrCost& c) {
+  const int64_t K = x.in.ap[Fields<Op::TopK>::k<"val_dst">].free_size();
+  c.ns = cyc(4.0 * static_cast<double>(Fields<Op::TopK>{x.in}.i<"n">()) + static_cast<double>(K),
+             x.p.gpsimd_ghz);
+}
 // Assumption (cost-model.md): the iota fixed cost plus a forward and a backward scan of the ids.
 void SequenceBounds(const CostCtx& x, InstrCost& c) {
   c.ns = cyc(150.0 + 2.0 * static_cast<double>(x.in.ap[Fields<Op::SequenceBounds>::k<"segment_ids">].free_size()),
@@ -311,6 +347,32 @@ void StreamShuffle(const CostCtx& x, InstrCost& c) { one_pass(x, c); }
 void BnAggr(const CostCtx& x, InstrCost& c) {
   c.ns = x.at_least_mii(13.0 * static_cast<double>(x.N) / 3.0);
 }
+
+// Random numbers. Assumptions (cost-model.md): the Vector Engine draws one 32-bit value per lane
+// per cycle before NeuronCore-v4 and four from v4 (its four generators per lane); GpSimd pays the
+// iota fixed cost plus one value per cycle; moving the state is one word per cycle.
+static double draws_per_cycle(const CostCtx& x) {
+  return x.in.engine == Engine::Vector && x.prog.target().nc_version >= 4 ? 4.0 : 1.0;
+}
+static void random_pass(const CostCtx& x, int64_t n, InstrCost& c) {
+  if (x.in.engine == Engine::GpSimd) {
+    c.ns = cyc(150.0 + static_cast<double>(n), x.p.gpsimd_ghz);
+  } else {
+    c.ns = x.at_least_mii(static_cast<double>(n) / draws_per_cycle(x));
+  }
+}
+void Rng(const CostCtx& x, InstrCost& c) { random_pass(x, x.in.ap[0].free_size(), c); }
+void Rand2(const CostCtx& x, InstrCost& c) {
+  random_pass(x, x.in.ap[Fields<Op::Rand2>::k<"dst">].free_size(), c);
+}
+void Dropout(const CostCtx& x, InstrCost& c) { random_pass(x, x.N, c); }
+void SetRngSeed(const CostCtx& x, InstrCost& c) { c.ns = x.at_least_mii(1.0); }
+static void state_move(const CostCtx& x, InstrCost& c) {
+  const auto words = static_cast<double>(x.in.ap[0].free_size());
+  c.ns = x.in.engine == Engine::GpSimd ? cyc(150.0 + words, x.p.gpsimd_ghz) : x.at_least_mii(words);
+}
+void RandSetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
+void RandGetState(const CostCtx& x, InstrCost& c) { state_move(x, c); }
 
 // Registers and loop control on the Sync engine.
 static void sync_op(const CostCtx& x, InstrCost& c) {

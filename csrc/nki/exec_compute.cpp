@@ -27,30 +27,6 @@ Views views(Ctx& c) {
   return r;
 }
 
-// Raw bytes of one row (bit-exact copies).
-void gather_bytes(const View& v, int64_t p, uint8_t* out) {
-  const int es = v.es;
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
-    if (s == es) {
-      std::memcpy(out + pos * es, ptr, static_cast<size_t>(n * es));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(out + (pos + i) * es, ptr + i * s, static_cast<size_t>(es));
-    }
-  });
-}
-void scatter_bytes(const View& v, int64_t p, const uint8_t* in) {
-  const int es = v.es;
-  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
-    if (s == es) {
-      std::memcpy(ptr, in + pos * es, static_cast<size_t>(n * es));
-    } else {
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(ptr + i * s, in + (pos + i) * es, static_cast<size_t>(es));
-    }
-  });
-}
-
 // Element 0 of partition p of a [P, 1] vector operand.
 float vec_at(const View& v, int64_t p) {
   float x;
@@ -1260,6 +1236,73 @@ void stream_shuffle(Ctx& c, Views& w) {
 }  // namespace
 
 // One execute function per instruction (isa.def), each over the instruction's resolved views.
+// topk: per 16-partition core, the K largest of its n-element snake, ascending, at output snake
+// positions 0..K-1 (read-modify-write of the touched rows: the other elements keep their bits).
+void topk(Ctx& c, Views& w) {
+  using FX = isa::Fields<Op::TopK>;
+  View &vd = w.v[FX::k<"val_dst">], &id = w.v[FX::k<"idx_dst">], &s = w.v[FX::k<"src">];
+  const int64_t n = FX{c.in()}.i<"n">(), K = vd.free(), F = s.free(), KF = vd.free();
+  const int64_t cores = s.parts() / 16;
+  for_partitions(cores, 16 * (F + KF), [&](int64_t g) {
+    Scratch& sc = scratch();
+    float* x = sc.fb(0, 16 * F);
+    uint8_t* dx = c.check ? sc.db(0, 16 * F) : nullptr;
+    for (int q = 0; q < 16; ++q) {
+      load_row(s, 16 * g + q, x + q * F);
+      if (dx) load_def_row(s, 16 * g + q, dx + q * F);
+    }
+    bool defined = true;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t e = 0; e < n; ++e) {
+      order[static_cast<size_t>(e)] = e;
+      if (dx && !dx[(e % 16) * F + e / 16]) defined = false;
+    }
+    auto val = [&](int64_t e) { return x[(e % 16) * F + e / 16]; };
+    auto above = [&](int64_t a, int64_t b) {  // a ranks above b: larger (NaN largest), then lower index
+      const float va = val(a), vb = val(b);
+      const bool na = std::isnan(va), nb = std::isnan(vb);
+      if (na != nb) return na;
+      if (!na && va != vb) return va > vb;
+      return a < b;
+    };
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), above);
+    // Ascending by value, ties by ascending index.
+    std::sort(order.begin(), order.begin() + K, [&](int64_t a, int64_t b) {
+      const float va = val(a), vb = val(b);
+      const bool na = std::isnan(va), nb = std::isnan(vb);
+      if (na != nb) return nb;
+      if (!na && va != vb) return va < vb;
+      return a < b;
+    });
+    float* vr = sc.fb(1, KF);
+    int64_t* ir = sc.ib(0, KF);
+    uint8_t* dv = c.check ? sc.db(1, KF) : nullptr;
+    uint8_t* di = c.check ? sc.db(2, KF) : nullptr;
+    for (int q = 0; q < 16 && q < K; ++q) {
+      const int64_t p = 16 * g + q;
+      load_row(vd, p, vr);
+      load_row_i(id, p, ir);
+      if (c.check) {
+        load_def_row(vd, p, dv);
+        load_def_row(id, p, di);
+      }
+      for (int64_t j = q; j < K; j += 16) {
+        const int64_t e = order[static_cast<size_t>(j)];
+        vr[j / 16] = val(e);
+        ir[j / 16] = e;
+        if (c.check) dv[j / 16] = di[j / 16] = static_cast<uint8_t>(defined);
+      }
+      store_row(vd, p, vr);
+      store_row_i(id, p, ir);
+      if (c.check) {
+        store_def_row(vd, p, dv);
+        store_def_row(id, p, di);
+      }
+    }
+    if (!defined) c.note_undefined(FX::k<"src">);
+  });
+}
+
 template <void (*Fn)(Ctx&, Views&)>
 void run_views(Ctx& c) {
   Views w = views(c);
@@ -1297,4 +1340,5 @@ void RangeSelect(Ctx& c) { run_views<range_select>(c); }
 void NonzeroWithCount(Ctx& c) { run_views<nonzero_with_count>(c); }
 void FindIndex8(Ctx& c) { run_views<find_index8>(c); }
 void MatchReplace8(Ctx& c) { run_views<match_replace8>(c); }
+void TopK(Ctx& c) { run_views<topk>(c); }
 }  // namespace neuron::nki::isa::exec

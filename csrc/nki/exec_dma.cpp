@@ -123,6 +123,61 @@ int64_t dma_walk(const View& dst, const View& src, int64_t* first_bad) {
   return bad;
 }
 
+// dst = srcs[0] + ... + srcs[n-1] elementwise in flat order (equal element counts; n <= 4): each
+// source cast to fp32, summed left to right in fp32, the sum cast to dst's dtype (the DMA
+// engines' compute). An element is defined when all its sources are; *bad_src is the first
+// source that was not. Each run's sources are loaded before its destination is stored, so dst
+// may also be a source (in-place accumulation).
+int64_t dma_sum_walk(const View& dst, const View* const* srcs, int n, int64_t* first_bad,
+                     int* bad_src) {
+  Cursor cd{dst};
+  Cursor cs[4] = {{*srcs[0]}, {n > 1 ? *srcs[1] : dst}, {n > 2 ? *srcs[2] : dst},
+                  {n > 3 ? *srcs[3] : dst}};
+  const int64_t total = dst.numel();
+  Scratch& sc = scratch();
+  int64_t done = 0, bad = 0;
+  const bool track = dst.def != nullptr;
+  bool any_def = track;
+  for (int j = 0; j < n; ++j) any_def |= srcs[j]->def != nullptr;
+  while (done < total) {
+    int64_t m = cd.run_left();
+    for (int j = 0; j < n; ++j) m = std::min(m, cs[j].run_left());
+    float* acc = sc.fb(4, m);
+    float* tmp = sc.fb(5, m);
+    int64_t os[4];
+    for (int j = 0; j < n; ++j) {
+      os[j] = cs[j].offset();
+      load_f32(srcs[j]->dtype, srcs[j]->base + os[j], cs[j].inner_stride(), m, j ? tmp : acc);
+      if (j)
+        for (int64_t i = 0; i < m; ++i) acc[i] += tmp[i];
+    }
+    const int64_t od = cd.offset(), sd = cd.inner_stride();
+    if (any_def) {
+      for (int64_t i = 0; i < m; ++i) {
+        uint8_t ok = 1;
+        for (int j = 0; j < n; ++j) {
+          if (!srcs[j]->def) continue;
+          const uint8_t* e = srcs[j]->def + os[j] + i * cs[j].inner_stride();
+          uint8_t oj = 1;
+          for (int b = 0; b < srcs[j]->es; ++b) oj &= e[b];
+          if (!oj && bad == 0 && bad_src && *bad_src < 0) *bad_src = j;
+          ok &= oj;
+        }
+        if (!ok) {
+          if (bad == 0 && first_bad) *first_bad = done + i;
+          ++bad;
+        }
+        if (track) std::memset(dst.def + od + i * sd, ok, static_cast<size_t>(dst.es));
+      }
+    }
+    store_f32(dst.dtype, dst.base + od, sd, m, acc);
+    cd.advance(m);
+    for (int j = 0; j < n; ++j) cs[j].advance(m);
+    done += m;
+  }
+  return bad;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structural copies (same dtype, no definedness tracking): both views are refined to a common
 // shape, so each dimension has one count and two strides; then a copy is runs of memcpy, a
@@ -499,13 +554,12 @@ void SendRecv(Ctx& c) {
              });
 }
 
-void DmaIndirect(Ctx& c) {
-  using FX = Fields<Op::DmaIndirect>;
-  constexpr int kd = FX::k<"dst">, ks = FX::k<"src">, kx = FX::k<"index">;
-  const FX f{c.in()};
-  const bool scatter = f.i<"indirect">() != 0;
-  const int64_t scale = f.i<"scale">();
-  const bool skip_oob = f.i<"oob_mode">() == 1;
+namespace {
+// A gather (the indirect operand is src) or scatter (dst) of entry p of the indirect operand's
+// first dimension to index[p] * scale elements from its base; add: dst entry += src entry in
+// fp32 (dma_compute's read-modify-write) instead of a copy.
+void indirect_transfer(Ctx& c, int kd, int ks, int kx, bool scatter, int64_t scale, bool skip_oob,
+                       bool add) {
   View d, s, ix;
   make_view(c, kd, d);
   make_view(c, ks, s);
@@ -561,8 +615,12 @@ void DmaIndirect(Ctx& c) {
     collapse_all(dd);
     collapse_all(ss);
     int64_t first_bad = -1;
-    if (dma_walk(dd, ss, &first_bad) && c.check) {
-      c.note_undefined(ks);
+    int bad_src = -1;
+    const View* both[2] = {&dd, &ss};
+    const int64_t bad =
+        add ? dma_sum_walk(dd, both, 2, &first_bad, &bad_src) : dma_walk(dd, ss, &first_bad);
+    if (bad && c.check) {
+      c.note_undefined(add && bad_src == 0 ? kd : ks);
       if (out)
         c.fail("uninitialized",
                "writes element(s) derived from uninitialized SBUF/PSUM memory to HBM tensor '" +
@@ -571,6 +629,41 @@ void DmaIndirect(Ctx& c) {
                "kernels read only memory they have written");
     }
   }
+}
+}  // namespace
+
+void DmaIndirect(Ctx& c) {
+  using FX = Fields<Op::DmaIndirect>;
+  const FX f{c.in()};
+  indirect_transfer(c, FX::k<"dst">, FX::k<"src">, FX::k<"index">, f.i<"indirect">() != 0,
+                    f.i<"scale">(), f.i<"oob_mode">() == 1, false);
+}
+
+void DmaComputeIndirect(Ctx& c) {
+  using FX = Fields<Op::DmaComputeIndirect>;
+  const FX f{c.in()};
+  indirect_transfer(c, FX::k<"dst">, FX::k<"src">, FX::k<"index">, f.i<"indirect">() != 0,
+                    f.i<"scale">(), f.i<"oob_mode">() == 1, true);
+}
+
+void DmaCompute(Ctx& c) {
+  using FX = Fields<Op::DmaCompute>;
+  constexpr int kd = FX::k<"dst">, k0 = FX::k<"src0">;
+  View d, s[4];
+  if (!make_view(c, kd, d)) return;  // skipped out-of-bounds access
+  const View* srcs[4];
+  int ks[4], n = 0;
+  for (int k = k0; k < k0 + 4; ++k) {
+    if (!c.in().ap[k].present()) continue;
+    if (!make_view(c, k, s[n])) return;
+    srcs[n] = &s[n];
+    ks[n++] = k;
+  }
+  int64_t first_bad = -1;
+  int bad_src = -1;
+  const int64_t bad = dma_sum_walk(d, srcs, n, &first_bad, &bad_src);
+  note_copied_undefined(c, bad_src >= 0 ? ks[bad_src] : k0, visible_output(c, kd, d), bad,
+                        first_bad);
 }
 
 }  // namespace neuron::nki::isa::exec

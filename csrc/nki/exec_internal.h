@@ -145,6 +145,30 @@ inline void for_each_run(const View& v, int64_t p, Fn&& fn, bool shadow = false)
   }
 }
 
+// Raw bytes of row p (bit-exact copies), packed element after element.
+inline void gather_bytes(const View& v, int64_t p, uint8_t* out) {
+  const int es = v.es;
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    if (s == es) {
+      std::memcpy(out + pos * es, ptr, static_cast<size_t>(n * es));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(out + (pos + i) * es, ptr + i * s, static_cast<size_t>(es));
+    }
+  });
+}
+inline void scatter_bytes(const View& v, int64_t p, const uint8_t* in) {
+  const int es = v.es;
+  for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
+    if (s == es) {
+      std::memcpy(ptr, in + pos * es, static_cast<size_t>(n * es));
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(ptr + i * s, in + (pos + i) * es, static_cast<size_t>(es));
+    }
+  });
+}
+
 inline void load_row(const View& v, int64_t p, float* out) {
   for_each_run(v, p, [&](uint8_t* ptr, int64_t n, int64_t s, int64_t pos) {
     load_f32(v.dtype, ptr, s, n, out + pos);

@@ -98,6 +98,18 @@ struct ThinMatmul {
     return true;
   }
   int64_t wide_bytes() const { return K * width * (thin_moving ? s.es : m.es); }
+  const View& thin() const { return thin_moving ? m : s; }
+  const View& wide() const { return thin_moving ? s : m; }
+
+  // Whether t runs in one GEMV chain with this matmul (simd::gemv_chain_bf16): one coefficient
+  // row each against bf16 wide operands of the same shape and strides, in a layout the chain
+  // kernel reads together.
+  bool chains_with(const ThinMatmul& t) const {
+    const View &a = wide(), &b = t.wide();
+    return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
+           K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
+           a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
+  }
 
   void columns(float* A, int64_t j0, int64_t j1) const {
     const View& thin = thin_moving ? m : s;
@@ -146,6 +158,30 @@ struct ThinMatmul {
   }
 };
 
+// Columns [j0, j1) of the chain mm[0, L) (each chains_with mm[0]) into A[l]: the bits of
+// mm[l].columns, with the weights of a column block read for every member together.
+void chain_columns(const ThinMatmul* mm, int64_t L, float* const* A, int64_t j0, int64_t j1) {
+  constexpr int64_t kMax = 16;
+  const int64_t K = mm[0].K;
+  float* coef = scratch().fb(3, std::min(L, kMax) * K);
+  for (int64_t l0 = 0; l0 < L; l0 += kMax) {
+    const int64_t n = std::min(kMax, L - l0);
+    float* acc[kMax];
+    const float* cf[kMax];
+    const uint8_t* w[kMax];
+    for (int64_t l = 0; l < n; ++l) {
+      const ThinMatmul& t = mm[l0 + l];
+      const View &thin = t.thin(), &wide = t.wide();
+      load_f32(thin.dtype, thin.base, thin.stride[0], K, coef + l * K);
+      acc[l] = A[l0 + l] + j0;
+      cf[l] = coef + l * K;
+      w[l] = wide.base + j0 * wide.stride[1];
+    }
+    const View& wide = mm[0].wide();
+    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0);
+  }
+}
+
 bool thin_matmul(const View& d, const View& s, const View& m, bool acc) {
   ThinMatmul t;
   if (!t.init(d, s, m, acc)) return false;
@@ -174,20 +210,21 @@ bool thin_views(Ctx& c, ThinMatmul& t) {
 
 // A matmul run (Plan::matmul_run): its matmuls read SBUF (or HBM in place) and write PSUM
 // only, and the instructions between them write nothing the run's matmuls read, so all of its
-// GEMVs run first as one parallel job over column chunks (the host threads share the weight
-// traffic); then, in program order, each matmul's result is stored (PSUM accumulation adds in
-// the same order as one by one) and every other instruction runs through `step`.
+// GEMVs run first as one parallel job (inline inside a parallel region). Consecutive matmuls
+// with the same wide layout (a projection's chain over k chunks, gate and up side by side) form
+// GEMV chains whose column blocks are computed for every member at once (one pass over the
+// weight rows instead of one per k chunk); the work items (column ranges of a chain) are
+// claimed one at a time by whichever host thread is free. Then, in program order, each
+// matmul's result is stored (PSUM accumulation adds in the same order as one by one) and every
+// other instruction of the run's span runs through `step`.
 bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
-  constexpr int64_t kChunkBytes = 32 * 1024;  // weight bytes per work item
+  // Weight bytes per work item: a single GEMV's, and a chain's (whose kernel prefetches the
+  // next column block within an item).
+  constexpr int64_t kItemBytes = 32 * 1024, kChainItemBytes = 128 * 1024;
   const int32_t pc0 = c.pc;
   const auto& member = c.plan->run_member;
   std::vector<ThinMatmul> mm;
   std::vector<int64_t> offset(1, 0);
-  struct Item {
-    int32_t i;
-    int64_t j0, j1;
-  };
-  std::vector<Item> items;
   for (int32_t pc = pc0; pc < pc0 + span; ++pc) {
     if (!member[static_cast<size_t>(pc)]) continue;
     c.pc = pc;
@@ -196,31 +233,47 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
       c.pc = pc0;
       return false;
     }
-    const auto i = static_cast<int32_t>(mm.size() - 1);
     offset.push_back(offset.back() + t.rows * t.width);
-    const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width));
-    const int64_t cols = std::max<int64_t>(16, kChunkBytes / per_col / 16 * 16);
-    for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, j, std::min(t.width, j + cols)});
   }
+  c.pc = pc0;
+  const auto count = static_cast<int32_t>(mm.size());
   // Not the per-instruction scratch: the instructions between the matmuls use that.
   thread_local std::vector<float> results;
   if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
-  float* A = results.data();
-  // Items are claimed one at a time, in order, by whichever thread is free: a helper that wakes
-  // late (or is descheduled on a busy host) leaves its share to the others instead of holding
-  // up the run with a fixed half.
+  std::vector<float*> A(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) A[static_cast<size_t>(i)] = results.data() + offset[static_cast<size_t>(i)];
+  struct Item {
+    int32_t i, L;
+    int64_t j0, j1;
+  };
+  std::vector<Item> items;
+  for (int32_t i = 0; i < count;) {
+    const ThinMatmul& t = mm[static_cast<size_t>(i)];
+    int32_t L = 1;
+    while (i + L < count && t.chains_with(mm[static_cast<size_t>(i + L)])) ++L;
+    const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width)) * L;
+    const int64_t cols = std::max<int64_t>(16, (L > 1 ? kChainItemBytes : kItemBytes) / per_col / 16 * 16);
+    for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});
+    i += L;
+  }
+  // Claimed one at a time: a helper that wakes late (or is descheduled on a busy host) leaves
+  // its share to the others instead of holding up the run with a fixed half.
   std::atomic<int64_t> claim{0};
-  const auto count = static_cast<int64_t>(items.size());
-  rt::parallel_for(0, std::min<int64_t>(count, rt::num_threads()), 1, [&](int64_t, int64_t) {
-    for (int64_t k; (k = claim.fetch_add(1, std::memory_order_relaxed)) < count;) {
+  const auto n_items = static_cast<int64_t>(items.size());
+  rt::parallel_for(0, std::min<int64_t>(n_items, rt::num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t k; (k = claim.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
       const Item& it = items[static_cast<size_t>(k)];
-      mm[static_cast<size_t>(it.i)].columns(A + offset[static_cast<size_t>(it.i)], it.j0, it.j1);
+      const auto i = static_cast<size_t>(it.i);
+      if (it.L > 1)
+        chain_columns(&mm[i], it.L, &A[i], it.j0, it.j1);
+      else
+        mm[i].columns(A[i], it.j0, it.j1);
     }
   });
   size_t next = 0;
   for (c.pc = pc0; c.pc < pc0 + span;) {
     if (member[static_cast<size_t>(c.pc)]) {
-      mm[next].store(A + offset[next]);
+      mm[next].store(A[next]);
       ++next;
       ++c.pc;
     } else {

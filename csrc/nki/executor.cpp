@@ -286,6 +286,7 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   std::fill(std::begin(core.act_acc_def), std::end(core.act_acc_def), uint8_t{1});
   std::fill(std::begin(core.sel_acc), std::end(core.sel_acc), 0.0f);
   std::fill(std::begin(core.sel_acc_def), std::end(core.sel_acc_def), uint8_t{1});
+  if (opt.reset_rng) core.rng.reset(opt.rank);
   if (opt.check_uninit) core.enable_shadow();
 
   Ctx c(prog, core, bindings, opt);
@@ -338,8 +339,21 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
   };
   auto& regs = core.regs;
   using isa::Fields;
+  const int64_t sbuf_pitch = Program::sbuf_pitch(t), psum_pitch = Program::psum_pitch(t);
   while (c.pc < n) {
     const Instr& in = instrs[c.pc];
+    if (c.check) {  // tensors that become live here start uninitialized
+      const auto [b0, b1] = prog.births(c.pc);
+      for (const int32_t* bi = b0; bi != b1; ++bi) {
+        const Buffer& b = prog.buffers()[static_cast<size_t>(*bi)];
+        const bool sb = b.mem == Mem::Sbuf;
+        uint8_t* def = sb ? core.sbuf_def() : core.psum_def();
+        const int64_t pitch = sb ? sbuf_pitch : psum_pitch;
+        if (!def || b.addr < 0) continue;
+        for (int64_t p = b.part0; p < b.part0 + b.partitions; ++p)
+          std::memset(def + p * pitch + b.addr, 0, static_cast<size_t>(b.bytes_per_partition));
+      }
+    }
     switch (in.op) {
       case Op::LoopBegin: {
         const Fields<Op::LoopBegin> f{in};
@@ -375,8 +389,7 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       default:
         break;
     }
-    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1 && rt::num_threads() > 1 &&
-        !rt::in_parallel_region()) {
+    if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1) {
       const int32_t span = c.plan->matmul_run[static_cast<size_t>(c.pc)];
       if (matmul_run(c, span, step)) {
         executed += span;

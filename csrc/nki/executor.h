@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/xorwow.h"
 #include "program.h"
 
 namespace neuron::nki {
@@ -44,6 +45,10 @@ struct ExecOptions {
   CoreGroup* group = nullptr;
   int rank = 0;
   bool poll_interrupt = true;  // ask the interrupt poll (false on helper threads)
+  // Start the core's random number generators from the default state of physical core `rank`
+  // (RngState::reset); false continues the state the core's previous execution left (the
+  // later grid instances a physical core runs in one launch).
+  bool reset_rng = true;
 };
 
 // One executed instruction: its index and the dynamic element offsets of its operands.
@@ -55,6 +60,36 @@ struct ExecRecord {
 struct ExecReport {
   int64_t instructions = 0;       // executed (loop bodies counted per iteration)
   std::vector<ExecRecord> trace;  // when record_trace
+};
+
+// The random number generators of one NeuronCore's engines: per compute lane (partition) one
+// XORWOW generator on the GpSimd Engine and four on the Vector Engine (kernels/xorwow.h), the
+// state nisa.rand_get_state / rand_set_state move. Engine state: it persists across the
+// instructions of a launch and across the grid instances one physical core runs in it.
+struct RngState {
+  static constexpr int kLanes = 128;
+  static constexpr int kVectorGens = 4;
+  uint32_t gpsimd[kLanes][kernels::kXorwowWords] = {};
+  uint32_t vector[kLanes][kVectorGens * kernels::kXorwowWords] = {};
+
+  // nisa.set_rng_seed: Vector generator g of lane p starts from xorwow_seed of the key
+  // seed << 32 | 1 << 16 | p << 4 | g.
+  void seed_vector(uint32_t seed);
+  // The state a launch starts from on physical core `core` of its logical core: Vector as
+  // set_rng_seed(core); GpSimd lane p from the key core << 32 | 2 << 16 | p << 4. Applied
+  // when the first random-number instruction runs (use()), so launches without one pay nothing.
+  void reset(int core) { pending_reset_ = core; }
+  // Called by every instruction that reads or writes the state, before it does.
+  void use() {
+    if (pending_reset_ >= 0) apply_reset();
+  }
+  // Generators per lane and the first word of lane p's generators on engine e (GpSimd or Vector).
+  static int gens(Engine e) { return e == Engine::Vector ? kVectorGens : 1; }
+  uint32_t* lane(Engine e, int64_t p) { return e == Engine::Vector ? vector[p] : gpsimd[p]; }
+
+ private:
+  void apply_reset();
+  int pending_reset_ = 0;
 };
 
 // The mutable state of one NeuronCore.
@@ -76,6 +111,7 @@ class CoreState {
   uint8_t act_acc_def[128] = {};
   float sel_acc[128] = {};  // Vector Engine select_reduce registers
   uint8_t sel_acc_def[128] = {};
+  RngState rng;
 
  private:
   Target target_;

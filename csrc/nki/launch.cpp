@@ -95,6 +95,12 @@ std::vector<ExecReport> run_launch_here(const std::vector<const Program*>& progr
     }
   }
   std::vector<ExecReport> reports(programs.size());
+  // One NeuronCore state per physical core, kept across the waves: the engines' random number
+  // generators of a core continue from one grid instance to the next it runs, as on the
+  // hardware (SBUF/PSUM carry over too; a kernel must not read what it did not write).
+  const size_t n = programs.size();
+  const auto cores = n == 1 ? size_t{1} : static_cast<size_t>(physical_cores(opt));
+  std::vector<std::shared_ptr<CoreState>> core_states(std::min(cores, n));
   auto run_one = [&](size_t i, CoreGroup* group, int rank, bool poll) {
     ExecOptions eo;
     eo.check_uninit = opt.check_uninit;
@@ -103,17 +109,23 @@ std::vector<ExecReport> run_launch_here(const std::vector<const Program*>& progr
     eo.group = group;
     eo.rank = rank;
     eo.poll_interrupt = poll;
-    auto core = acquire_core(programs[i]->target());
+    auto& core = core_states[static_cast<size_t>(rank)];
+    const Target& t = programs[i]->target();
+    eo.reset_rng = !core;
+    if (core && (core->target().sbuf_bytes_per_partition != t.sbuf_bytes_per_partition ||
+                 core->target().psum_bytes_per_partition != t.psum_bytes_per_partition)) {
+      core.reset();  // instances traced for another target (not produced by nki.jit)
+      eo.reset_rng = true;
+    }
+    if (!core) core = acquire_core(t);
     execute(*programs[i], *core, binds[i], eo, &reports[i]);
   };
-  const size_t n = programs.size();
   if (n == 1) {
     run_one(0, nullptr, 0, true);
     return reports;
   }
   // The instances of a wave run at the same time, one per physical core of the logical core,
   // each on its own host thread with its own SBUF/PSUM state; waves run one after the other.
-  const auto cores = static_cast<size_t>(physical_cores(opt));
   for (size_t w0 = 0; w0 < n; w0 += cores) {
     const size_t m = std::min(cores, n - w0);
     CoreGroup group(static_cast<int>(m), 0);

@@ -208,6 +208,11 @@ bool plain_writer(Op op) {
     case Op::TensorTensorScan:
     case Op::Transpose:
     case Op::Max8:
+    case Op::Rng:
+    case Op::Rand2:
+    case Op::Dropout:
+    case Op::RandGetState:
+    case Op::SendRecv:  // dst: every element of the peer's tile (the shapes must match)
       return true;
     default:
       return false;

@@ -282,6 +282,12 @@ void Program::patch(int32_t idx, int k, int64_t value) {
   instrs_.at(static_cast<size_t>(idx)).i.at(k) = value;
 }
 
+void Program::pop_last() {
+  if (finalized_ || instrs_.empty() || instrs_.back().def().control)
+    throw NkiError("validation", "nki tracer", "", "cannot take back the last instruction", "");
+  instrs_.pop_back();
+}
+
 void Program::add(const Instr& in_) {
   if (finalized_)
     throw NkiError("validation", instr_name(in_), location(in_), "program already finalized", "");
@@ -315,6 +321,11 @@ void Program::add(const Instr& in_) {
       // Which bytes a scatter (or a gather that skips bad indices) writes depends on the
       // index values of each run.
       const isa::Fields<Op::DmaIndirect> f{in};
+      if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
+      break;
+    }
+    case Op::DmaComputeIndirect: {
+      const isa::Fields<Op::DmaComputeIndirect> f{in};
       if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
       break;
     }
@@ -545,6 +556,22 @@ void Program::resolve() {
   }
 }
 
+void Program::index_births() {
+  const int32_t n = size();
+  birth_off_.assign(static_cast<size_t>(n) + 2, 0);
+  for (const Buffer& b : buffers_)
+    if (b.mem != Mem::Hbm && b.first_use >= 0 && b.fixed_offset < 0)
+      ++birth_off_[static_cast<size_t>(b.first_use) + 1];
+  for (int32_t t = 0; t <= n; ++t) birth_off_[static_cast<size_t>(t) + 1] += birth_off_[static_cast<size_t>(t)];
+  birth_buf_.assign(static_cast<size_t>(birth_off_[static_cast<size_t>(n)]), 0);
+  std::vector<int32_t> at(birth_off_.begin(), birth_off_.end() - 1);
+  for (int32_t i = 0; i < static_cast<int32_t>(buffers_.size()); ++i) {
+    const Buffer& b = buffers_[static_cast<size_t>(i)];
+    if (b.mem != Mem::Hbm && b.first_use >= 0 && b.fixed_offset < 0)
+      birth_buf_[static_cast<size_t>(at[static_cast<size_t>(b.first_use)]++)] = i;
+  }
+}
+
 void Program::finalize() {
   if (finalized_) return;
   if (!open_loops_.empty()) {
@@ -552,6 +579,7 @@ void Program::finalize() {
     fail(in, "runtime loop was never closed", "");
   }
   allocate();
+  index_births();
   resolve();
   build_plan();
   finalized_ = true;

@@ -228,6 +228,14 @@ class Program {
   int32_t add_register();
   // Appends an instruction after checking every hardware rule (throws NkiError).
   void add(const Instr& in);
+  // Takes back the last instruction (the tracer re-emits a matmul into the PSUM tile a `+=`
+  // accumulates into). Not loop control; the flags it set (buffers written, dynamic) stay:
+  // they are conservative.
+  void pop_last();
+  bool buffer_written(int32_t buf) const {
+    return buf >= 0 && buf < static_cast<int32_t>(buffers_.size()) &&
+           buffers_[static_cast<size_t>(buf)].written;
+  }
   // Number of instructions so far (the index the next add() gets).
   int32_t size() const { return static_cast<int32_t>(instrs_.size()); }
   // Patches integer slot `k` of instruction `idx` (loop jump targets).
@@ -244,17 +252,28 @@ class Program {
   // Human-readable listing (one instruction per line), for debugging and tests.
   std::string dump() const;
 
+  // On-chip tensors placed by the allocator whose live range begins at instruction `pc`
+  // (finalize()): the checker forgets what their bytes held before (a new tensor is
+  // uninitialized even where a dead one was written). Manually placed tensors are left out:
+  // kernels may alias them on purpose.
+  std::pair<const int32_t*, const int32_t*> births(int32_t pc) const {
+    const int32_t* b = birth_buf_.data();
+    return {b + birth_off_[static_cast<size_t>(pc)], b + birth_off_[static_cast<size_t>(pc) + 1]};
+  }
+
   // Throws NkiError(kind "validation") for `in` (used by the checks).
   [[noreturn]] void fail(const Instr& in, const std::string& msg, const std::string& rule) const;
 
  private:
   void allocate();
+  void index_births();
   void resolve();
   void build_plan();  // plan.cpp
 
   Target target_;
   std::vector<Buffer> buffers_;
   std::vector<Instr> instrs_;
+  std::vector<int32_t> birth_off_, birth_buf_;  // births(pc), CSR
   std::vector<std::string> strings_;
   std::unordered_map<std::string, int32_t> string_index_;
   std::vector<std::array<Phys, kMaxOperands>> phys_;

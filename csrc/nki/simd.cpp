@@ -247,46 +247,68 @@ NKI_AVX512 inline void transpose16x16_epi32(__m512i r[16]) {
   for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
-// Columns j .. j + 16 B over k in [0, K32) (K32 a multiple of 32), then the k tail in scalar.
-// Thin matmuls over a weight read in place come in chains over consecutive k ranges of the same
-// columns (a projection's 128-row chunks), so while a block runs, the same rows' next K values
-// are prefetched into L2, a line per row and k step (into L1 they would evict each other: the
-// rows are a power-of-two stride apart and share cache sets).
+// One 16-column block of a column-contiguous bf16 GEMV: acc[0, 16) for the columns at w, js bytes
+// apart, against coef.
+struct Lane {
+  float* acc;
+  const float* coef;
+  const uint8_t* w;
+};
+
+// B lanes over k in [0, K32) (K32 a multiple of 32), then the k tail in scalar. Each lane's
+// accumulator is its own chain of FMAs in k order, so the lanes may be column blocks of one GEMV
+// or the same columns of several (a chain of matmuls over consecutive k ranges).
+// With a `next` offset, the 16 rows at each lane's w + next (the next k range of the same
+// columns, or the next column block) are prefetched into L2 over the k steps, a line per row and
+// k step (into L1 they would evict each other: the rows are a power-of-two stride apart and
+// share cache sets).
 template <int B>
-NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
-                                    int64_t K, int64_t j) {
+NKI_AVX512 void gemv_colsT_lanes512(const Lane* lane, int64_t js, int64_t K, int64_t next) {
   __m512 a[B];
   for (int b = 0; b < B; ++b) a[b] = _mm512_setzero_ps();
   const int64_t K32 = K / 32 * 32;
   const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  const uint8_t* next = w + j * js + K * 2;
   for (int64_t k = 0; k < K32; k += 32) {
-    for (int64_t r = 0; r < B * 16; ++r)
-      _mm_prefetch(reinterpret_cast<const char*>(next + r * js + k * 2), _MM_HINT_T1);
+    if (next)
+      for (int b = 0; b < B; ++b)
+        for (int64_t r = 0; r < 16; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(lane[b].w + next + r * js + k * 2), _MM_HINT_T1);
     for (int b = 0; b < B; ++b) {
       __m512i v[16];
-      const uint8_t* p = w + (j + b * 16) * js + k * 2;
+      const uint8_t* p = lane[b].w + k * 2;
+      const float* coef = lane[b].coef + k;
       for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_si512(p + i * js);
       transpose16x16_epi32(v);
       for (int t = 0; t < 16; ++t) {
         const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v[t], 16));
         const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v[t], hi));
-        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[k + 2 * t]), even, a[b]);
-        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[k + 2 * t + 1]), odd, a[b]);
+        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * t]), even, a[b]);
+        a[b] = _mm512_fmadd_ps(_mm512_set1_ps(coef[2 * t + 1]), odd, a[b]);
       }
     }
   }
   for (int b = 0; b < B; ++b) {
-    float* out = acc + j + b * 16;
+    float* out = lane[b].acc;
     _mm512_storeu_ps(out, a[b]);
     if (K32 == K) continue;
     for (int i = 0; i < 16; ++i) {
       float x = out[i];
-      const uint8_t* p = w + (j + b * 16 + i) * js;
-      for (int64_t k = K32; k < K; ++k) x = std::fma(coef[k], ld_bf16(p + k * 2), x);
+      const uint8_t* p = lane[b].w + i * js;
+      for (int64_t k = K32; k < K; ++k) x = std::fma(lane[b].coef[k], ld_bf16(p + k * 2), x);
       out[i] = x;
     }
   }
+}
+
+// Columns j .. j + 16 B of one GEMV. Thin matmuls over a weight read in place come in chains
+// over consecutive k ranges of the same columns (a projection's 128-row chunks), so while a
+// block runs, the same rows' next K values are prefetched for the next matmul of the chain.
+template <int B>
+NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
+                                    int64_t K, int64_t j) {
+  Lane lane[B];
+  for (int b = 0; b < B; ++b) lane[b] = {acc + j + b * 16, coef, w + (j + b * 16) * js};
+  gemv_colsT_lanes512<B>(lane, js, K, K * 2);
 }
 
 NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
@@ -297,6 +319,31 @@ NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint
     for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j);
   }
   if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
+}
+// A chain of GEMVs over the same columns (one layout, any bases): column block by column block
+// across every member, four members' accumulators at a time, so the weights of a column block
+// are read for the whole chain at once (one pass over contiguous rows when the members are
+// consecutive k ranges of the same rows). Each member gets exactly gemv_colsT_bf16_avx512.
+NKI_AVX512 void gemv_chain_colsT_bf16_avx512(float* const* acc, const float* const* coef,
+                                             const uint8_t* const* w, int64_t L, int64_t js,
+                                             int64_t K, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const int64_t next = j + 32 <= n ? 16 * js : 0;  // prefetch the next column block
+    for (int64_t l = 0; l < L; l += 4) {
+      Lane lane[4];
+      const int64_t B = std::min<int64_t>(4, L - l);
+      for (int64_t b = 0; b < B; ++b) lane[b] = {acc[l + b] + j, coef[l + b], w[l + b] + j * js};
+      switch (B) {
+        case 4: gemv_colsT_lanes512<4>(lane, js, K, next); break;
+        case 3: gemv_colsT_lanes512<3>(lane, js, K, next); break;
+        case 2: gemv_colsT_lanes512<2>(lane, js, K, next); break;
+        default: gemv_colsT_lanes512<1>(lane, js, K, next); break;
+      }
+    }
+  }
+  if (j < n)
+    for (int64_t l = 0; l < L; ++l) gemv_colsT_bf16_avx2(acc[l] + j, coef[l], w[l] + j * js, js, K, n - j);
 }
 #pragma GCC diagnostic pop
 
@@ -377,6 +424,27 @@ void gemv_bf16(float* acc, const float* coef, const uint8_t* w, int64_t ks, int6
 void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js, int64_t K,
               int64_t n) {
   table().gemv_f32(acc, coef, w, ks, js, K, n);
+}
+
+// Rows at least 2 KiB apart (a down projection's: each member reads a short piece of rows a
+// page apart) are read together; shorter rows are faster one member at a time, each
+// prefetching the same rows' next k range (measured on 1 KiB and 4 KiB rows).
+bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K) {
+#ifdef NKI_SIMD_AVX512
+  return table().avx512 && ks == 2 && js >= 2048 && K >= 32;
+#else
+  (void)ks, (void)js, (void)K;
+  return false;
+#endif
+}
+
+void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
+                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n) {
+#ifdef NKI_SIMD_AVX512
+  if (gemv_chain_reads_together(ks, js, K))
+    return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n);
+#endif
+  for (int64_t l = 0; l < L; ++l) gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n);
 }
 
 namespace {

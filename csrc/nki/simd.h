@@ -30,6 +30,16 @@ void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, co
 void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
                    int64_t ks, int64_t js, int64_t K, int64_t n);
 
+// A chain of L GEMVs with one layout over different weights (the matmuls of one projection over
+// consecutive k ranges): for each l exactly gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n), with
+// the column-contiguous AVX-512 path computing a column block for every member before the next
+// block (one pass over the weights' rows when the members are adjacent k ranges of them).
+void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
+                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n);
+// Whether gemv_chain_bf16 reads the members together for this layout (otherwise it runs one
+// gemv_bf16 per member, and callers may as well split the work per member).
+bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K);
+
 // The portable versions (for tests).
 void gemv_bf16_portable(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                         int64_t K, int64_t n);

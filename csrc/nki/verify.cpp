@@ -6,6 +6,7 @@
 
 #include "collective.h"
 #include "error.h"
+#include "executor.h"
 
 namespace neuron::nki::isa {
 namespace {
@@ -341,10 +342,13 @@ void DmaCopy(const Checker& c) {
            "DMA casts are not supported for packed MX types");
 }
 
-void DmaIndirect(const Checker& c) {
-  using F = Fields<Op::DmaIndirect>;
-  constexpr int d = F::k<"dst">, s = F::k<"src">, x = F::k<"index">;
-  const int ind = F{c.in}.i<"indirect">() ? d : s, other = ind == d ? s : d;
+namespace {
+// The rules of a gather/scatter (dma_copy or dma_compute with an indirect operand).
+template <Op Id>
+void check_indirect(const Checker& c) {
+  using F = Fields<Id>;
+  constexpr int d = F::template k<"dst">, s = F::template k<"src">, x = F::template k<"index">;
+  const int ind = F{c.in}.template i<"indirect">() ? d : s, other = ind == d ? s : d;
   const Ap &da = c.in.ap[d], &sa = c.in.ap[s], &xa = c.in.ap[x];
   if (c.mem(ind) != Mem::Hbm)
     c.fail("the indirect operand '" + c.name(ind) + "' is in " + std::string(mem_name(c.mem(ind))),
@@ -367,6 +371,33 @@ void DmaIndirect(const Checker& c) {
     c.fail("cannot cast between " + std::string(dt_name(c.dt(s))) + " and " +
                std::string(dt_name(c.dt(d))),
            "DMA casts are not supported for packed MX types");
+}
+}  // namespace
+
+void DmaIndirect(const Checker& c) { check_indirect<Op::DmaIndirect>(c); }
+
+void DmaComputeIndirect(const Checker& c) {
+  check_indirect<Op::DmaComputeIndirect>(c);
+  using F = Fields<Op::DmaComputeIndirect>;
+  c.not_packed(F::k<"dst">);
+  c.not_packed(F::k<"src">);
+}
+
+void DmaCompute(const Checker& c) {
+  using F = Fields<Op::DmaCompute>;
+  constexpr int d = F::k<"dst">;
+  const Ap& da = c.in.ap[d];
+  c.not_packed(d);
+  for (int k = F::k<"src0">; k <= F::k<"src3">; ++k) {
+    if (!c.present(k)) continue;
+    c.not_packed(k);
+    const Ap& sa = c.in.ap[k];
+    if (sa.numel() != da.numel())
+      c.fail(c.role(k) + " has shape " + shape_of(sa) + " (" + std::to_string(sa.numel()) +
+                 " elements) but dst has shape " + shape_of(da) + " (" +
+                 std::to_string(da.numel()) + " elements)",
+             "dma_compute sources and destination have the same element count");
+  }
 }
 
 void TensorCopy(const Checker& c) {
@@ -647,6 +678,24 @@ void LocalGather(const Checker& c) {
               "local_gather writes num_valid_indices * num_elem_per_idx elements per partition");
 }
 
+// topk: whole GpSimd cores; the documented ranges of n and K.
+void TopK(const Checker& c) {
+  using FX = Fields<Op::TopK>;
+  constexpr int v = FX::k<"val_dst">, s = FX::k<"src">;
+  const int64_t n = FX{c.in}.i<"n">(), K = c.F(v);
+  if (c.P(s) % 16 != 0)
+    c.fail("src has " + std::to_string(c.P(s)) + " partitions",
+           "topk works on whole GpSimd cores (a multiple of 16 partitions)");
+  if (n < 8 || n >= 65536)
+    c.fail("n is " + std::to_string(n), "topk takes 8 <= n < 65536 elements per 16-partition snake");
+  if (K < 1 || K >= 32768 || K > n)
+    c.fail("K (val_dst's free size) is " + std::to_string(K) + " for n = " + std::to_string(n),
+           "topk selects 1 <= K < 32768 and K <= n values");
+  if (c.F(s) * 16 < n)
+    c.fail("src has " + std::to_string(c.F(s)) + " elements per partition for n = " + std::to_string(n),
+           "the snake of n elements fits src: its free size is at least ceil(n / 16)");
+}
+
 // sequence_bounds: one partition; a (start, end) pair per segment id.
 void SequenceBounds(const Checker& c) {
   using FX = Fields<Op::SequenceBounds>;
@@ -767,6 +816,61 @@ void collective(const Checker& c) {
                                                       : "a tensor of src's shape"));
 }
 }  // namespace
+
+// Random numbers: which engines each NeuronCore generation runs them on, the state sizes.
+void Rng(const Checker& c) {
+  if (c.target().nc_version < 3 && c.in.engine != Engine::Vector)
+    c.fail("rng on the " + std::string(engine_name(c.in.engine)) + " Engine on NeuronCore-v" +
+               std::to_string(c.target().nc_version),
+           "rng runs on the Vector Engine on NeuronCore-v2 (GpSimd or Vector from NeuronCore-v3)");
+}
+
+void Rand2(const Checker& c) {
+  using FX = Fields<Op::Rand2>;
+  const FX f{c.in};
+  if (!f.has<"min_vec">() && !f.has<"max_vec">() && !(f.imm<"min">() < f.imm<"max">()))
+    c.fail("min " + std::to_string(f.imm<"min">()) + " is not below max " +
+               std::to_string(f.imm<"max">()),
+           "rand2 needs min < max");
+}
+
+void Dropout(const Checker& c) {
+  using FX = Fields<Op::Dropout>;
+  constexpr int d = FX::k<"dst">, a = FX::k<"data">, p = FX::k<"prob">;
+  if (c.dt(d) != c.dt(a))
+    c.fail("dst has dtype " + std::string(dt_name(c.dt(d))) + ", data " +
+               std::string(dt_name(c.dt(a))),
+           "dropout writes data's dtype (dst.dtype == data.dtype)");
+  if (!c.present(p)) return;
+  const bool float_prob = !dt_is_int(c.dt(p)) && !dt_is_packed(c.dt(p));
+  if (dt_is_int(c.dt(a)) ? c.dt(p) != DT::Float32 : !float_prob)
+    c.fail("prob has dtype " + std::string(dt_name(c.dt(p))) + " for " +
+               std::string(dt_name(c.dt(a))) + " data",
+           "dropout prob is float32 for integer data, a float type for float data");
+}
+
+void SetRngSeed(const Checker& c) {
+  constexpr int s = Fields<Op::SetRngSeed>::k<"src_seeds">;
+  if (c.P(s) != 1 || c.F(s) != 1)
+    c.fail("src_seeds has shape [" + std::to_string(c.P(s)) + ", " + std::to_string(c.F(s)) + "]",
+           "set_rng_seed takes a [1, 1] seed");
+}
+
+// rand_set_state / rand_get_state: GpSimd from NeuronCore-v3, Vector from v4; one lane's state
+// per partition (6 words per XORWOW generator, 4 generators per Vector lane).
+void RandSetState(const Checker& c) {
+  const bool vec = c.in.engine == Engine::Vector;
+  const std::string api = c.in.op == Op::RandSetState ? "rand_set_state" : "rand_get_state";
+  if (vec && c.target().nc_version < 4)
+    c.fail(api + " on the Vector Engine on NeuronCore-v" + std::to_string(c.target().nc_version),
+           api + " runs on the GpSimd Engine on NeuronCore-v3 (GpSimd or Vector from "
+                 "NeuronCore-v4)");
+  const int64_t words = (vec ? RngState::kVectorGens : 1) * kernels::kXorwowWords;
+  if (c.F(0) != words)
+    c.fail(c.role(0) + " has " + std::to_string(c.F(0)) + " elements per partition",
+           std::string("the XORWOW state of a ") + (vec ? "Vector" : "GpSimd") + " lane is " +
+               std::to_string(words) + " uint32 (6 GpSimd, 24 Vector)");
+}
 
 void AllReduce(const Checker& c) { collective(c); }
 void AllGather(const Checker& c) { collective(c); }

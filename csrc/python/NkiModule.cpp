@@ -327,6 +327,8 @@ void init_module(py::module_& m) {
              p.add(in);
            })
       .def("size", &Program::size)
+      .def("pop_last", &Program::pop_last)
+      .def("buffer_written", &Program::buffer_written)
       .def("finalize", &Program::finalize)
       .def_property_readonly("finalized", &Program::finalized)
       .def_property_readonly("dynamic", &Program::dynamic)

@@ -21,6 +21,7 @@
 #include "DtypeContract.h"
 #include "NeuronGenerator.h"
 #include "OpTracker.h"
+#include "kernels/random.h"
 #include "runtime/device_clock.h"
 #include "runtime/trace.h"
 
@@ -51,20 +52,14 @@ bool is_generator_type(const c10::TypePtr& t) {
   return false;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // A CPU generator whose stream is determined by the neuron generator's (seed, offset); the
 // neuron generator advances, so consecutive ops get independent streams.
 at::Generator cpu_generator_from(at::Generator neuron_gen) {
   std::lock_guard<std::mutex> lock(neuron_gen.mutex());
   auto* impl = neuron_gen.get<NeuronGeneratorImpl>();
   const auto [seed, offset] = impl->philox_inputs(1);
-  return at::make_generator<at::CPUGeneratorImpl>(splitmix64(seed ^ splitmix64(offset)));
+  return at::make_generator<at::CPUGeneratorImpl>(
+      kernels::splitmix64(seed ^ kernels::splitmix64(offset)));
 }
 
 at::Tensor to_cpu(const at::Tensor& t) {

@@ -674,12 +674,17 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "
                 "nl.shared_hbm"
             )
-        if t.offset != 0 or not t.is_contiguous() or t.dtype != info["dtype"] or t.size != math.prod(info["shape"]):
+        same_bytes = t.size * t.dtype.itemsize == math.prod(info["shape"]) * dt.to_dtype(info["dtype"]).itemsize
+        if t.offset != 0 or not t.is_contiguous() or not same_bytes or t.dtype.itemsize != dt.to_dtype(
+            info["dtype"]
+        ).itemsize:
             raise TypeError(
                 f"{name}: returned a partial or reinterpreted view {t.shape} of '{t.name}' {tuple(info['shape'])}; "
-                "return the tensor itself or a reshape of all of it"
+                "return the tensor itself, a reshape of all of it or a view of it as a dtype of the same size"
             )
         view = [] if t.shape == tuple(info["shape"]) else [list(t.shape)]  # a reshaped output
+        if t.dtype != info["dtype"]:  # output.view(nl.int32): the same bytes as another dtype
+            view = [view[0] if view else None, str(t.dtype)]
         if info["kind"] == "in":
             return ["in", info["arg"], *view]
         idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
@@ -956,7 +961,12 @@ def resolve_outputs(spec: dict, inputs: list, shared: list):
 
     def get(r):
         t = inputs[r[1]] if r[0] == "in" else shared[r[1]]
-        return t.reshape(tuple(r[2])) if len(r) > 2 else t
+        if len(r) > 2 and r[2] is not None:
+            t = t.reshape(tuple(r[2]))
+        if len(r) > 3:  # viewed as another dtype of the same size
+            d = dt.to_dtype(r[3])
+            t = t.view(dt.numpy_dtype(d) if type(t).__module__.startswith("numpy") else dt.torch_dtype(d))
+        return t
 
     if spec["type"] == "none":
         return None

@@ -22,6 +22,10 @@ class _Launcher:
         self._kernel = kernel
         self._what = what
 
+    @property
+    def _nki_launched_kernel(self) -> Kernel:
+        return self._kernel
+
     def __getitem__(self, grid) -> _Launcher:
         return _Launcher(self._kernel[grid], self._what)
 

@@ -15,6 +15,11 @@ from ._jit import Kernel, TracedKernel, _execute, jit
 
 
 def _as_kernel(kernel) -> Kernel:
+    # A launcher of the older API (nki.baremetal(k), nki.benchmark(k), cpu_simulate(k)[lnc])
+    # given to another launcher (simulate_kernel(baremetal(k), ...)) runs its kernel.
+    inner = getattr(kernel, "_nki_launched_kernel", None)
+    if inner is not None:
+        return inner
     return kernel if isinstance(kernel, Kernel) else jit(kernel)
 
 
@@ -174,6 +179,10 @@ class _Benchmarked:
         self.working_directory, self.save_trace_name = working_directory, save_trace_name
         self.benchmark_result: BenchmarkResult | None = None
 
+    @property
+    def _nki_launched_kernel(self) -> Kernel:
+        return self.kernel
+
     def __getitem__(self, grid):
         return _Benchmarked(
             self.kernel[grid], self.warmup, self.iters, self.working_directory, self.save_trace_name
@@ -235,6 +244,10 @@ class _Profiled:
         self.kernel = kernel
         self.working_directory, self.save_trace_name = working_directory, save_trace_name
         self.profile_result: ProfileResult | None = None
+
+    @property
+    def _nki_launched_kernel(self) -> Kernel:
+        return self.kernel
 
     def __getitem__(self, grid):
         return _Profiled(self.kernel[grid], self.working_directory, self.save_trace_name)

@@ -153,10 +153,12 @@ class DynSlice:
 
 
 class _Var:
-    __slots__ = ("axis", "ndim", "size")
+    # grid: the whole shape of the nl.mgrid the variable comes from (mgrid grids are dense: an
+    # expression of them, e.g. iota's pattern, has the grid's shape); None for nl.arange.
+    __slots__ = ("axis", "grid", "ndim", "size")
 
-    def __init__(self, size: int, axis: int, ndim: int):
-        self.size, self.axis, self.ndim = size, axis, ndim
+    def __init__(self, size: int, axis: int, ndim: int, grid: tuple | None = None):
+        self.size, self.axis, self.ndim, self.grid = size, axis, ndim, grid
 
 
 class IndexExpr:
@@ -246,9 +248,15 @@ class Mask:
         self.preds = preds
 
     def __and__(self, other: Mask) -> Mask:
+        # A trace-time condition (``(i * 128 < n)`` on Python ints) is a bool: True keeps the
+        # mask, False masks everything off.
+        if isinstance(other, bool):
+            return self if other else False
         if not isinstance(other, Mask):
             return NotImplemented
         return Mask(self.preds + other.preds)
+
+    __rand__ = __and__
 
     def axis_ranges(self) -> dict[int, tuple[int, int]]:
         """Per grid axis, the index range [lo, hi] the predicates allow (rectangular masks)."""
@@ -282,17 +290,35 @@ def arange(*args) -> IndexExpr:
     return IndexExpr({_Var(len(r), 0, 1): 1}, r.start)
 
 
+class _Grid(tuple):
+    """The index grids of ``nl.mgrid[...]``: unpack them (``i_p, i_f = nl.mgrid[0:128, 0:512]``) or
+    name them as the older releases did (``g.p`` the partition grid, then ``g.x``, ``g.y``, ``g.z``)."""
+
+    def _axis(self, k: int, name: str):
+        if k >= len(self):
+            raise AttributeError(f"a {len(self)}-d nl.mgrid has no .{name} grid")
+        return self[k]
+
+    p = property(lambda self: self._axis(0, "p"))
+    x = property(lambda self: self._axis(1, "x"))
+    y = property(lambda self: self._axis(2, "y"))
+    z = property(lambda self: self._axis(3, "z"))
+
+
 class _MGrid:
     def __getitem__(self, key):
         if not isinstance(key, tuple):
             key = (key,)
         out = []
-        for axis, s in enumerate(key):
+        ranges = []
+        for s in key:
             if not isinstance(s, slice):
                 raise IndexError("nl.mgrid takes slices, e.g. nl.mgrid[0:128, 0:512]")
-            r = range(s.start or 0, s.stop, s.step or 1)
-            out.append(IndexExpr({_Var(len(r), axis, len(key)): r.step}, r.start))
-        return out[0] if len(out) == 1 else tuple(out)
+            ranges.append(range(s.start or 0, s.stop, s.step or 1))
+        grid = tuple(len(r) for r in ranges)
+        for axis, r in enumerate(ranges):
+            out.append(IndexExpr({_Var(len(r), axis, len(key), grid): r.step}, r.start))
+        return out[0] if len(out) == 1 else _Grid(out)
 
 
 mgrid = _MGrid()
@@ -690,7 +716,11 @@ class NkiTensor:
             self._steps[:s] + (self._steps[e],) + self._steps[e + 1 :],
         )
 
-    def reshape(self, *shape) -> NkiTensor:
+    def reshape(self, *shape, **kw) -> NkiTensor:
+        if kw:  # the older keyword form: t.reshape(shape=(N, H, W))
+            if shape or set(kw) != {"shape"}:
+                raise TypeError(f"reshape() takes a shape (positionally or as shape=), got {sorted(kw)}")
+            shape = (kw["shape"],)
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = list(shape)
@@ -947,10 +977,28 @@ class NkiTensor:
         return nl.invert(self)
 
     def _inplace(self, o, name):
+        from . import isa as nisa
         from . import language as nl
 
+        if name == "add" and isinstance(o, NkiTensor) and nisa._accumulate_fresh_matmul(self, o):
+            return self
         getattr(nl, name)(self, o, _dst=self)
         return self
+
+    def _same_access(self, other: NkiTensor) -> bool:
+        """True when both views name the same elements of the same tensor in the same order."""
+        if self is other:
+            return True
+        if self._b is not other._b or self.dtype != other.dtype or self.shape != other.shape:
+            return False
+        if self._offset != other._offset or self._steps != other._steps or self._reg != other._reg:
+            return False
+        if self._nblock != other._nblock:
+            return False
+        va, vb = self._vec, other._vec
+        if (va is None) != (vb is None):
+            return False
+        return va is None or (va[0]._same_access(vb[0]) and va[1] == vb[1])
 
     def __iadd__(self, o):
         return self._inplace(o, "add")

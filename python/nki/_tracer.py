@@ -100,6 +100,7 @@ class Trace:
         self.api: str | None = None
         self.hbm: list[dict] = []  # per HBM slot: {"kind": "in"/"shared"/"private", ...}
         self.psum_written: dict[int, list[tuple[int, int]]] = {}
+        self.fresh_matmul = None  # (buffer, instruction index, nc_matmul arguments) of an old-style result
         self.loop_depth = 0
         self.default_loc = -1
         self.emitted = 0

@@ -177,6 +177,8 @@ def _scalar_or_vec(x):
         return None, 0.0
     if isinstance(x, (bool, int, float)):
         return None, float(x)
+    if type(x).__module__ == "numpy" and getattr(x, "ndim", None) == 0:  # np.int32(4), np.float32(0.5)
+        return None, float(x)
     raise TypeError(f"expected a scalar or a [partition, 1] tile, got {x!r}")
 
 
@@ -314,6 +316,115 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
     emit("DmaIndirect", "dma", operands, {"indirect": int(scatter), "scale": scale, "oob_mode": int(oob_mode)})
 
 
+def _same_access(a: NkiTensor, b: NkiTensor) -> bool:
+    return a._same_access(b)
+
+
+_DMA_COMPUTE_SRCS = 4  # sources one DmaCompute instruction takes (isa.def)
+
+
+def dma_compute(
+    dst: NkiTensor = None,
+    srcs=None,
+    reduce_op=None,
+    scales=None,
+    unique_indices=True,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+):
+    """dst = srcs[0] + srcs[1] + ... computed by the DMA engines: every source cast to fp32, summed
+    in order in fp32, the sum cast to dst's dtype; element counts match (shapes may differ).
+    With an indirect (``ap(vector_offset=)``) operand it is a read-modify-write: a scatter-add
+    ``dst(HBM)[idx] += src`` (dst indirect, one source the same view) or a gather-add
+    ``dst += src(HBM)[idx]`` (one source indirect, the other dst)."""
+    api = "nki.isa.dma_compute"
+    if dst is None or srcs is None:
+        raise TypeError("dma_compute: dst and srcs are required")
+    if isinstance(srcs, NkiTensor):
+        srcs = [srcs]
+    srcs = list(srcs)
+    if not 1 <= len(srcs) <= 16 or not all(isinstance(t, NkiTensor) for t in srcs):
+        raise ValueError(f"{api}: srcs must be a list of 1 to 16 tensors, got {len(srcs)} item(s)")
+    if reduce_op is None or _alu(reduce_op, "reduce_op") != _tracer.alu_code("add"):
+        raise NkiValidationError(
+            f"{api}: reduce_op={reduce_op!r} [rule: the DMA engines reduce with nl.add only]"
+        )
+    if scales is not None:
+        scales = list(scales)
+        if len(scales) != len(srcs):
+            raise ValueError(f"{api}: {len(scales)} scales for {len(srcs)} sources")
+        if any(float(x) != 1.0 for x in scales):
+            raise NkiValidationError(
+                f"{api}: scales={scales} [rule: dma_compute scales must all be 1.0 on this hardware]"
+            )
+    indirect = [t for t in [dst] + srcs if t._vec is not None]
+    if indirect:
+        _dma_compute_indirect(api, dst, srcs, unique_indices, oob_mode)
+        return _result(dst, False)
+    if len(srcs) <= _DMA_COMPUTE_SRCS:
+        _emit_dma_compute(dst, srcs)
+        return _result(dst, False)
+    # Longer lists: partial sums in a kernel-private fp32 tensor (each source cast to fp32 and
+    # added in order, exactly as one pass would).
+    acc = nl.ndarray(dst.shape, nl.float32, buffer=nl.hbm, name="dma_compute_acc")
+    rest = srcs
+    first = True
+    while rest:
+        take = _DMA_COMPUTE_SRCS - (0 if first else 1)
+        chunk, rest = rest[:take], rest[take:]
+        _emit_dma_compute(dst if not rest else acc, ([] if first else [acc]) + chunk)
+        first = False
+    return _result(dst, False)
+
+
+def _emit_dma_compute(dst: NkiTensor, srcs: list) -> None:
+    emit("DmaCompute", "dma", {"dst": dst, **{f"src{i}": t for i, t in enumerate(srcs)}})
+
+
+def _dma_compute_indirect(api: str, dst: NkiTensor, srcs: list, unique_indices, oob_mode) -> None:
+    if len(srcs) != 2:
+        raise NotImplementedError(
+            f"{api}: a read-modify-write through an indirect operand (ap(vector_offset=)) takes exactly "
+            f"2 sources, got {len(srcs)}"
+        )
+    if not unique_indices:
+        raise NotImplementedError(f"{api}: unique_indices=False (repeated indices) is not supported by the hardware yet")
+    if dst._vec is not None:  # scatter-add: dst(HBM)[idx] += src
+        same = [i for i, t in enumerate(srcs) if _same_access(t, dst)]
+        if not same:
+            raise NkiValidationError(
+                f"{api}: dst is indirect but no source is the same view of '{dst.name}' "
+                "[rule: a scatter-add reads and writes dst: one source is dst itself]"
+            )
+        data = srcs[1 - same[0]]
+        if data._vec is not None:
+            raise NotImplementedError(f"{api}: only one of the tensors can be indirect")
+        emit(
+            "DmaComputeIndirect",
+            "dma",
+            {"dst": _DirectAp(dst), "src": data, "index": dst._vec[0]},
+            {"indirect": 1, "scale": dst._vec[1], "oob_mode": int(oob_mode)},
+        )
+        return
+    ind = [i for i, t in enumerate(srcs) if t._vec is not None]
+    if len(ind) != 1:
+        raise NotImplementedError(f"{api}: only one of the tensors can be indirect")
+    other = srcs[1 - ind[0]]
+    if not _same_access(other, dst):
+        raise NkiValidationError(
+            f"{api}: a gather-add reads an indirect source and dst itself; the other source "
+            f"'{other.name}' is not dst [rule: dst = dst + src(HBM)[indices]]"
+        )
+    src = srcs[ind[0]]
+    emit(
+        "DmaComputeIndirect",
+        "dma",
+        {"dst": dst, "src": _DirectAp(src), "index": src._vec[0]},
+        {"indirect": 0, "scale": src._vec[1], "oob_mode": int(oob_mode)},
+    )
+
+
 @_old_style("src", tensors=("src",))
 def dma_transpose(
     dst: NkiTensor = None,
@@ -424,7 +535,34 @@ def nc_matmul(
         {"dst": dst_v, "stationary": stationary, "moving": moving},
         {"accumulate": acc, "is_transpose": is_transpose, "perf_mode": int(double)},
     )
+    if alloc:  # an old-style result tile: `psum[...] += nc_matmul(...)` may accumulate it in place
+        tr = _tracer.current()
+        tr.fresh_matmul = (
+            dst._b,
+            tr.program.size() - 1,
+            dict(stationary=stationary, moving=moving, is_transpose=is_transpose, perf_mode=perf_mode),
+        )
     return _result(dst, alloc)
+
+
+def _accumulate_fresh_matmul(dst: NkiTensor, tile: NkiTensor) -> bool:
+    """``dst += tile`` where dst is in PSUM and tile is the result of the nc_matmul just traced
+    (``res_psum[...] += nisa.nc_matmul(a, b)``): the matmul accumulates into dst itself, as the
+    real compiler lowers it (the first write of a never-written PSUM tile overwrites, later ones
+    add), instead of a matmul into a new tile plus an add. Returns False when it does not apply."""
+    tr = _tracer.active()
+    fresh = getattr(tr, "fresh_matmul", None) if tr is not None else None
+    if fresh is None or fresh[0] is not tile._b or fresh[1] != tr.program.size() - 1:
+        return False
+    if dst.buffer != nl.psum or dst.dtype != nl.float32 or tile._offset != 0 or tile.dtype != nl.float32:
+        return False
+    if dst.shape[0] != tile.shape[0] or dst.size != tile.size or getattr(tr, "suppress", False):
+        return False
+    tr.fresh_matmul = None
+    tr.program.pop_last()
+    tr.emitted -= 1
+    nc_matmul(dst=dst, accumulate=tr.program.buffer_written(dst._b.id), **fresh[2])
+    return True
 
 
 @_old_style("data", tensors=("data",))
@@ -759,8 +897,9 @@ def _pattern_attrs(pattern) -> dict:
     return {"pattern_dims": len(pattern), "pattern": flat}
 
 
-def _expr_pattern(expr: IndexExpr, ndim: int):
-    """Old-style affine index expression -> (pattern, channel_multiplier, offset)."""
+def _expr_pattern(expr: IndexExpr, ndim: int, shape=None):
+    """Old-style affine index expression -> (pattern, channel_multiplier, offset); `shape` gives
+    the sizes of axes the expression does not use (else 1)."""
     cm = 0
     axes = {}
     for v, c in expr.terms.items():
@@ -768,7 +907,10 @@ def _expr_pattern(expr: IndexExpr, ndim: int):
             cm += c
         else:
             axes[v.axis] = (c, v.size)
-    pattern = [[axes.get(a, (0, 1))[0], axes.get(a, (0, 1))[1]] for a in range(1, max(ndim, 2))]
+    pattern = [
+        [axes.get(a, (0, 1))[0], axes[a][1] if a in axes else (shape[a] if shape else 1)]
+        for a in range(1, max(ndim, 2))
+    ]
     return pattern, cm, expr.const
 
 
@@ -779,10 +921,13 @@ def iota(
     if isinstance(dst, IndexExpr) or isinstance(pattern, IndexExpr):  # old style iota(expr, dtype)
         expr = dst if isinstance(dst, IndexExpr) else pattern
         nd = max([v.ndim for v in expr.terms] or [2])
-        pattern, channel_multiplier, offset = _expr_pattern(expr, nd)
         shape = [1] * nd
         for v in expr.terms:
             shape[v.axis] = v.size
+        grid = next((v.grid for v in expr.terms if v.grid is not None), None)
+        if grid is not None and len(grid) == nd:  # nl.mgrid grids are dense: the whole grid's shape
+            shape = list(grid)
+        pattern, channel_multiplier, offset = _expr_pattern(expr, nd, shape)
         dst = nl.ndarray(tuple(shape), dtype or kwargs.get("dtype") or nl.int32, nl.sbuf)
         alloc = True
     else:
@@ -1157,22 +1302,110 @@ def sendrecv(src: NkiTensor, dst: NkiTensor, send_to_rank, recv_from_rank, pipe_
     )
 
 
+def topk(val_dst: NkiTensor = None, idx_dst: NkiTensor = None, src: NkiTensor = None, n=None, name=None):
+    """GpSimd top-K per 16-partition core: src holds a snake of n bf16 values (element s at
+    partition s % 16, column s // 16 of the core); the K largest (K = val_dst's free size) go to
+    output snake positions 0..K-1 of val_dst (bf16, ascending) and idx_dst (uint32, their snake
+    positions). Other elements of val_dst/idx_dst are left as they were."""
+    if val_dst is None or idx_dst is None or src is None or n is None:
+        raise TypeError("topk: val_dst, idx_dst, src and n are required")
+    emit("TopK", "gpsimd", {"val_dst": val_dst, "idx_dst": idx_dst, "src": src}, {"n": int(n)})
+    return NkiInstruction(_tracer.current().program.size() - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Random numbers. Every compute lane (partition) of a NeuronCore has one XORWOW generator on the
+# GpSimd Engine and four on the Vector Engine; their state belongs to the core and persists
+# across the instructions of a launch (csrc/nki/exec_random.cpp, docs/nki.md "Random numbers").
+
+
+def rng(dst: NkiTensor = None, engine=engine.vector, name=None, **kwargs):
+    """32 random bits per element of `dst` (SBUF or PSUM; int8/int16/int32/uint8/uint16/uint32),
+    truncated to its dtype (the low bits), from the engine's generators: Vector (the default; the
+    only one on NeuronCore-v2) or GpSimd (NeuronCore-v3+, SBUF only)."""
+    if not isinstance(dst, NkiTensor):
+        raise TypeError("nki.isa.rng(dst=, engine=) needs a destination tile")
+    emit("Rng", _engine(engine, "vector"), {"dst": dst})
+    return _result(dst, False)
+
+
+def rand2(dst: NkiTensor = None, min=None, max=None, name=None, **kwargs):
+    """Uniform values in [min, max] (fp32: ``min + u * (max - min)`` with ``u`` the 24 high bits of
+    a draw times 2^-24), converted to dst's dtype, on the Vector Engine (NeuronCore-v4+). `min` and
+    `max` are scalars or [partition, 1] float32 tiles."""
+    if not isinstance(dst, NkiTensor) or min is None or max is None:
+        raise TypeError("nki.isa.rand2(dst=, min=, max=) needs a destination tile and both bounds")
+    lo_v, lo = _scalar_or_vec(min)
+    hi_v, hi = _scalar_or_vec(max)
+    emit("Rand2", "vector", {"dst": dst, "min_vec": lo_v, "max_vec": hi_v}, {"min": lo, "max": hi})
+    return _result(dst, False)
+
+
+@_old_style("data", "prob", tensors=("data",))
+def dropout(dst: NkiTensor = None, data: NkiTensor = None, prob=None, name=None, dtype=None, **kwargs):
+    """Replaces each element of `data` by zero with probability `prob` (a scalar or a [partition, 1]
+    tile: 0.0 keeps everything, 1.0 drops everything) on the Vector Engine; kept elements are
+    copied unchanged (no 1 / (1 - prob) rescaling). dst has data's dtype. The older form
+    ``dropout(data, prob, dtype=None, mask=None)`` returns a new tile (converted to `dtype`)."""
+    if prob is None and isinstance(dst, NkiTensor) and isinstance(data, NkiTensor):
+        dst, data, prob = None, dst, data  # old positional form dropout(data, prob_tile)
+    if not isinstance(data, NkiTensor) or prob is None:
+        raise TypeError("nki.isa.dropout(dst=, data=, prob=) needs a data tile and a probability")
+    out_dt = _dt.to_dtype(dtype) if dtype is not None else _dt.to_dtype(data.dtype)
+    res, alloc = _dst(dst, data.shape, out_dt)
+    # The instruction writes data's dtype; a returned tile of another dtype is converted after it.
+    convert = alloc and out_dt != _dt.to_dtype(data.dtype)
+    target = nl.ndarray(res.shape, data.dtype, nl.sbuf) if convert else res
+    pv, p = _scalar_or_vec(prob)
+    emit("Dropout", "vector", {"dst": target, "data": data, "prob": pv}, {"prob_imm": p})
+    if convert:
+        emit("TensorCopy", "vector", {"dst": res, "src": target})
+    return _result(res, alloc)
+
+
+def set_rng_seed(src_seeds: NkiTensor = None, name=None, **kwargs):
+    """Seeds the Vector Engine's generators of every lane from one 32-bit value: `src_seeds` is a
+    [1, 1] int32/uint32/float32 tile in SBUF or PSUM (its bits are the seed)."""
+    if not isinstance(src_seeds, NkiTensor):
+        raise TypeError(
+            f"nki.isa.set_rng_seed: src_seeds must be a [1, 1] tile in SBUF or PSUM, got {src_seeds!r} "
+            "(e.g. nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf))"
+        )
+    emit("SetRngSeed", "vector", {"src_seeds": _one_element(src_seeds)})
+
+
+def _one_element(t: NkiTensor) -> NkiTensor:
+    """A [1, 1] view of a tensor of one element (a (1,) or () tile)."""
+    if t.size != 1:
+        return t
+    return t if t.shape == (1, 1) else t._view((1, 1), (t.strides[0] if t.ndim else 1, 1))
+
+
+def rand_set_state(src_seeds: NkiTensor = None, engine=engine.gpsimd, name=None, **kwargs):
+    """Loads the generator state of the lanes of `src_seeds`' partitions (uint32 in SBUF): 6 words
+    per lane on GpSimd (NeuronCore-v3+; x, y, z, w, v, d of its XORWOW generator), 24 on Vector
+    (NeuronCore-v4+; its four generators one after the other)."""
+    if not isinstance(src_seeds, NkiTensor):
+        raise TypeError("nki.isa.rand_set_state(src_seeds=, engine=) needs a uint32 SBUF tile")
+    emit("RandSetState", _engine(engine, "gpsimd"), {"src_seeds": src_seeds})
+
+
+def rand_get_state(dst: NkiTensor = None, engine=engine.gpsimd, name=None, **kwargs):
+    """Stores the generator state of the lanes of `dst`'s partitions (uint32; the layout of
+    rand_set_state): GpSimd into SBUF (NeuronCore-v3+), Vector into SBUF or PSUM (v4+)."""
+    if not isinstance(dst, NkiTensor):
+        raise TypeError("nki.isa.rand_get_state(dst=, engine=) needs a uint32 destination tile")
+    emit("RandGetState", _engine(engine, "gpsimd"), {"dst": dst})
+    return _result(dst, False)
+
+
 # ---------------------------------------------------------------------------------------------
 # Instructions neuron-emu does not model yet: they exist, and calling one raises an error that
 # names it (and, for NeuronCore-v4 instructions on an older target, the target), never an
 # AttributeError and never a silently wrong result.
 
 _V4_ONLY = ("nc_matmul_mx", "quantize_mx", "exponential", "activate2")
-_NOT_MODELED = {
-    "rng": "random numbers",
-    "rand2": "random numbers",
-    "dropout": "random numbers",
-    "set_rng_seed": "random numbers",
-    "rand_set_state": "random numbers",
-    "rand_get_state": "random numbers",
-    "dma_compute": "DMA compute (reductions in the DMA engines)",
-    "topk": "top-k",
-}
+_NOT_MODELED: dict[str, str] = {}  # name -> what it is (none left)
 
 
 def _unmodeled(name: str, what: str):

@@ -45,7 +45,16 @@ from ._tensor import (  # noqa: F401
 from ._tensor import ParDim
 from ._tensor import arange as _arange
 
-fp32 = float32
+
+class _Fp32(DType):
+    """``nl.fp32``: float32 as a dtype, and the real API's FP32 constants: ``nl.fp32.min`` is the
+    most negative finite fp32 value (bit pattern 0xff7fffff), the fill of running maxima."""
+
+    __slots__ = ()
+    min = -3.4028234663852886e38
+
+
+fp32 = _Fp32("float32")
 
 sbuf = MemoryRegion.sbuf
 psum = MemoryRegion.psum
@@ -176,6 +185,20 @@ def static_cast(x, dtype):
     return np.asarray(x).astype(_dt.numpy_dtype(d))
 
 
+def finfo(dtype):
+    """Machine limits of a floating-point NKI dtype (``nl.finfo(nl.bfloat16).min``), as numpy's."""
+    import ml_dtypes
+
+    return ml_dtypes.finfo(_dt.numpy_dtype(_dt.to_dtype(dtype)))
+
+
+def iinfo(dtype):
+    """Machine limits of an integer NKI dtype (``nl.iinfo(nl.int32).max``), as numpy's."""
+    import ml_dtypes
+
+    return ml_dtypes.iinfo(_dt.numpy_dtype(_dt.to_dtype(dtype)))
+
+
 tensor = NkiTensor  # type annotations: ``x: nl.tensor``
 Tensor = NkiTensor
 dtype = DType
@@ -263,19 +286,21 @@ def empty_like(x: NkiTensor, dtype=None, buffer=None, name="") -> NkiTensor:
     return ndarray(x.shape, dtype or x.dtype, buffer or x.buffer, name)
 
 
-def full(shape, fill_value, dtype, buffer=sbuf, name="") -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=sbuf, name="", lazy_initialization=False, **kwargs) -> NkiTensor:
+    """A new tensor filled with `fill_value` (the old API's `lazy_initialization`, a scheduling
+    hint, is accepted: the fill is emitted here either way)."""
     with _tracer.api("nki.language.full"):
         t = ndarray(shape, dtype, buffer, name)
         _fill(t, fill_value)
         return t
 
 
-def zeros(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+def zeros(shape, dtype, buffer=sbuf, name="", **kwargs) -> NkiTensor:
     with _tracer.api("nki.language.zeros"):
         return full(shape, 0, dtype, buffer, name)
 
 
-def ones(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+def ones(shape, dtype, buffer=sbuf, name="", **kwargs) -> NkiTensor:
     with _tracer.api("nki.language.ones"):
         return full(shape, 1, dtype, buffer, name)
 
@@ -363,9 +388,77 @@ def _unmodeled(name: str, what: str):
     return fn
 
 
-rand = _unmodeled("rand", "random numbers")
-random_seed = _unmodeled("random_seed", "random numbers")
-dropout = _unmodeled("dropout", "random numbers")
+_RNG_INT_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
+
+
+def rand(shape, dtype=float32, buffer=sbuf, name="", **kwargs) -> NkiTensor:
+    """A new tensor of uniform random values in [0, 1) drawn from the Vector Engine's generators
+    (the ones nl.random_seed seeds): ``u = (r >> 8) * 2^-24`` of each 32-bit draw ``r``, rounded to
+    `dtype` (a narrow float type can round up to 1.0). On NeuronCore-v4 it is ``nisa.rand2(dst,
+    0.0, 1.0)``; before, ``nisa.rng`` on the Vector Engine and the conversion (the same values).
+    An integer `dtype` gets the random bits themselves (``nisa.rng``)."""
+    from . import isa as nisa
+
+    d = _dt.to_dtype(dtype)
+    with _tracer.api("nki.language.rand"):
+        out = ndarray(_tile_shape(shape), d, buffer, name)
+        tile = out if out.on_chip else ndarray(out.shape, d, sbuf)
+        if d in _RNG_INT_DTYPES:
+            nisa.rng(dst=tile, engine=nisa.engine.vector)
+        elif not _dt.is_float(d) or d.endswith("_x4"):
+            raise TypeError(f"nki.language.rand: dtype {d} (a float type for values in [0, 1), or an integer type)")
+        elif _tracer.current().target["nc_version"] >= 4:
+            nisa.rand2(dst=tile, min=0.0, max=1.0)
+        else:
+            bits = ndarray(tile.shape, uint32, sbuf if tile.buffer == sbuf else psum)
+            nisa.rng(dst=bits, engine=nisa.engine.vector)
+            nisa.tensor_scalar(dst=bits, data=bits, op0=nisa_ops.right_shift, operand0=8)
+            nisa.tensor_scalar(dst=tile, data=bits, op0=nisa_ops.multiply, operand0=2.0**-24)
+        if tile is not out:
+            nisa.dma_copy(dst=out, src=tile)
+        return out
+
+
+def random_seed(seed, mask=None, **kwargs) -> None:
+    """Seeds the generators nl.rand and nl.dropout draw from (the Vector Engine's, every lane) with
+    a 32-bit value: `seed` is a [1, 1] int32/uint32/float32 tile in SBUF or PSUM
+    (``nisa.set_rng_seed``). The same seed gives the same numbers."""
+    from . import isa as nisa
+
+    if _apply_mask(mask) is None:  # masked off at compile time
+        return
+    if not _is_t(seed):
+        raise TypeError(
+            "nki.language.random_seed requires a [1, 1] tensor in SBUF or PSUM, not a scalar: "
+            "nl.random_seed(nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf))"
+        )
+    with _tracer.api("nki.language.random_seed"):
+        _need_onchip(seed, "random_seed", "seed")
+        nisa.set_rng_seed(src_seeds=seed)
+
+
+def dropout(x, rate, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Zeroes each element of `x` with probability `rate` (a scalar or a [partition, 1] tile of
+    per-partition rates) with the Vector Engine's generators (``nisa.dropout``); kept elements are
+    unchanged (scale by 1 / (1 - rate) yourself, as inverted dropout does)."""
+    from . import isa as nisa
+
+    with _tracer.api("nki.language.dropout"):
+        _need_onchip(x, "dropout", "x")
+        out_dt = _dt.to_dtype(dtype) if dtype is not None else x.dtype
+        dst = ndarray(_tile_shape(x.shape), out_dt, sbuf)
+        dst_v = dst if dst.shape == x.shape else dst.reshape(x.shape)
+        r = _apply_mask(mask, dst_v, x)
+        if r is None:
+            return dst
+        dst_v, xs = r
+        if _dt.to_dtype(out_dt) == _dt.to_dtype(x.dtype):
+            nisa.dropout(dst=dst_v, data=xs, prob=rate)
+        else:
+            tmp = ndarray(dst_v.shape, x.dtype, sbuf)
+            nisa.dropout(dst=tmp, data=xs, prob=rate)
+            nisa.tensor_copy(dst=dst_v, src=tmp)
+        return dst
 
 
 def shared_identity_matrix(n: int, dtype=uint8, dst: NkiTensor | None = None) -> NkiTensor:
@@ -928,7 +1021,7 @@ def _assign(dst: NkiTensor, value) -> None:
             raise TypeError("assigning a scalar to an HBM tensor: fill an SBUF tile and nl.store it")
         nisa.memset(dst=dst, value=value)
         return
-    if value is dst:
+    if value is dst or (value._mask is None and value._same_access(dst)):  # t[0] += x; t[0] = t[0]
         return
     if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
         r = _apply_mask(value._mask, dst, value)

@@ -421,6 +421,43 @@ def test_kernel_returns_a_reshaped_hbm_output():
         partial(x)
 
 
+def test_kernel_returns_an_output_viewed_as_another_dtype_of_the_same_size():
+    @nki.jit
+    def as_int(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out.view(nl.int32).reshape((x.size,))
+
+    x = _rand(4, 8)
+    got = as_int(x)
+    assert got.dtype == np.int32 and got.shape == (32,)
+    np.testing.assert_array_equal(got, x.view(np.int32).reshape(-1))
+
+    @nki.jit
+    def as_bf16(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out.view(nl.bfloat16)
+
+    with pytest.raises(TypeError, match="a view of it as a dtype of the same size"):
+        as_bf16(x)
+
+
+def test_fp32_constants_and_lazy_initialization():
+    """Old kernels fill running maxima with nl.fp32.min and pass nl.full(lazy_initialization=)."""
+    assert nl.fp32 == nl.float32 and np.float32(nl.fp32.min).view(np.uint32) == 0xFF7FFFFF
+
+    @nki.jit
+    def k(x):
+        t = nl.full((4, 8), fill_value=nl.fp32.min, dtype=nl.fp32, buffer=nl.sbuf, lazy_initialization=True)
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.maximum(t, nl.load(x)))
+        return out
+
+    x = _rand(4, 8)
+    np.testing.assert_array_equal(k(x), x)
+
+
 def test_kernel_returns_a_reshape_that_merges_dims_around_a_size_one_dim():
     """(8, 128, 4, 1, 5) returned as (1024, 4, 1, 5), as the public gen_mask_tkg does: a reshape
     of the whole tensor, whatever step its size-1 dimension carries."""
@@ -565,13 +602,6 @@ def test_unmodeled_apis_raise_naming_themselves():
     with pytest.raises(NotImplementedError, match="nc_matmul_mx .* not modeled"):
         nki.jit(platform_target="trn3")(mx.func)(_rand(4, 4))
 
-    @nki.jit
-    def rng(x):
-        nl.rand((128, 4), nl.float32)
-        return x
-
-    with pytest.raises(NotImplementedError, match="nki.language.rand .*random numbers"):
-        rng(_rand(4, 4))
     with pytest.raises(NotImplementedError, match="nki.collectives.all_gather_v"):
         all_gather_v()
 

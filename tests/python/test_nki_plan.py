@@ -246,13 +246,15 @@ def _matmul_chain_kernel(between: str):
     return chain
 
 
+@pytest.mark.parametrize("N,K", [(512, 512), (200, 384), (264, 1024), (200, 1152)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_a_matmul_run_gives_the_bits_of_one_by_one(dtype):
+def test_a_matmul_run_gives_the_bits_of_one_by_one(N, K, dtype):
     """Thin matmuls run as one parallel job (Plan matmul runs), consecutive or with instructions
-    between them that write nothing they read: the same bits as the same matmuls executed one at
+    between them that write nothing they read, the k chunks of a projection as one GEMV chain
+    (bf16 rows of 2 KiB or more: a pass over the weight rows computes every chunk; chains of 3,
+    4, 8 and 9 and column counts with a tail): the same bits as the same matmuls executed one at
     a time, accumulation order included."""
     g = torch.Generator().manual_seed(7)
-    N, K = 512, 512
     x = torch.randn(1, K, generator=g).to(dtype)
     w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)
     run, spaced, single = (_matmul_chain_kernel(b) for b in ("none", "memset", "copy"))
@@ -287,3 +289,37 @@ def test_a_write_a_later_matmul_reads_ends_the_run(dtype):
         out, out2 = kern(x, w)
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(out2[:, 0], ref2[0], rtol=1e-4, atol=1e-4)
+
+
+def test_lnc2_decode_mlp_reads_every_weight_in_place():
+    """nkilib mlp at LNC=2 (decode: each core half of the intermediate dim, partial down
+    projections exchanged with nisa.sendrecv): a sendrecv's dst is a plain write, so a weight
+    tile whose bytes it later reuses is still read in place. Planned runs give the bits of the
+    checked full run."""
+    from nkilib.core.mlp.mlp import mlp
+    from nkilib.core.utils.common_types import WeightLayout
+
+    g = torch.Generator().manual_seed(3)
+    H, I = 512, 2048
+    x = torch.randn(1, 1, H, generator=g).to(torch.bfloat16)
+    wg, wu = ((torch.randn(I, H, generator=g) / H**0.5).to(torch.bfloat16) for _ in range(2))
+    wd = (torch.randn(H, I, generator=g) / I**0.5).to(torch.bfloat16)
+    args = dict(
+        hidden_tensor=x,
+        gate_proj_weights_tensor=wg,
+        up_proj_weights_tensor=wu,
+        down_proj_weights_tensor=wd,
+        weight_layout=WeightLayout.OUT_IN,
+    )
+    for prog in mlp[2].specialize(**args).programs:
+        loads = [
+            i
+            for i, line in enumerate(prog.dump().splitlines())
+            if line.split(": ", 1)[1].startswith("nki.isa.dma_copy") and "_weights_tensor@HBM" in line
+        ]
+        assert len(loads) >= 3 and set(loads) <= set(prog.plan["elided"])
+    first = mlp[2](**args)[0].clone()  # checked: the full program
+    again = mlp[2](**args)[0]
+    assert torch.equal(first, again)
+    ref = (torch.nn.functional.silu(x.float() @ wg.float().T) * (x.float() @ wu.float().T)) @ wd.float().T
+    torch.testing.assert_close(again.float(), ref, rtol=2e-2, atol=2e-2)  # bf16 tiles

@@ -1,4 +1,4 @@
-// Reductions, scans, Philox RNG and the list/optimizer kernels: results against naive
+// Reductions, scans, Philox and XORWOW RNGs and the list/optimizer kernels: results against naive
 // fp64 references, the portable and AVX2 paths against each other, Philox against the
 // Random123 known-answer vectors.
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/simd.h"
+#include "kernels/xorwow.h"
 
 using namespace neuron::kernels;
 
@@ -158,6 +159,36 @@ TEST(Philox, Random123KnownAnswers) {
   EXPECT_EQ(philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
                           {0xa4093822u, 0x299f31d0u}),
             (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Splitmix64, KnownAnswers) {  // the stream of splitmix64 from state 0
+  EXPECT_EQ(splitmix64(0), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(splitmix64(0x9E3779B97F4A7C15ull), 0x6E789E6AA1B965F4ull);
+  EXPECT_EQ(splitmix64(0x3C6EF372FE94F82Aull), 0x06C45D188009454Full);
+}
+
+TEST(Xorwow, StepsByHand) {
+  // x = 1, the rest 0: t = 1, v = 1 ^ 2 = 3, d = 362437; then t = 0, w = 3, v = 3 ^ 48 = 51.
+  uint32_t s[kXorwowWords] = {1, 0, 0, 0, 0, 0};
+  EXPECT_EQ(xorwow_next(s), 3u + 362437u);
+  EXPECT_EQ(xorwow_next(s), 51u + 2 * 362437u);
+  const uint32_t after[kXorwowWords] = {0, 0, 0, 3, 51, 2 * 362437u};
+  for (int k = 0; k < kXorwowWords; ++k) EXPECT_EQ(s[k], after[k]) << k;
+}
+
+TEST(Xorwow, FillInterleavesGeneratorsAndSeedsAreDistinct) {
+  uint32_t a[4 * kXorwowWords], b[4 * kXorwowWords];
+  for (int g = 0; g < 4; ++g) xorwow_seed(static_cast<uint64_t>(g) + 100, a + g * kXorwowWords);
+  std::memcpy(b, a, sizeof(a));
+  std::vector<uint32_t> out(10);
+  xorwow_fill(a, 4, out.data(), 10);
+  for (int j = 0; j < 10; ++j) EXPECT_EQ(out[j], xorwow_next(b + (j % 4) * kXorwowWords)) << j;
+  EXPECT_EQ(std::memcmp(a, b, sizeof(a)), 0);
+  uint32_t z[kXorwowWords];
+  xorwow_seed(7, z);
+  for (int k = 0; k < kXorwowWords; ++k)
+    EXPECT_EQ(z[k], static_cast<uint32_t>(splitmix64(7 + k * 0x9E3779B97F4A7C15ull) >> 32));
+  EXPECT_NE(std::memcmp(a, a + kXorwowWords, kXorwowWords * 4), 0);
 }
 
 TEST(Random, ValuesDependOnlyOnSeedOffsetAndIndex) {

@@ -1,6 +1,7 @@
 // The runtime-dispatched AXPY kernels of the executor against their portable versions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <random>
@@ -133,6 +134,50 @@ TEST(NkiSimd, MultiRowGemvIsBitIdenticalToOneRowAtATime) {
       for (int64_t r = 0; r < rows; ++r) {
         simd::gemv_f32(ref.data(), coef.data() + r * K, wf8, np * 4, 4, K, n);
         for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[r * lda + j], ref[j]) << "f32 " << rows;
+      }
+    }
+  }
+}
+
+// A GEMV chain (the matmuls of one projection over consecutive k ranges) gives each member
+// exactly what its own GEMV gives: every chain length (4-lane groups and their remainders),
+// column count (16-column blocks and the tail) and k tail, members adjacent in memory (one
+// weight matrix's k chunks) or not.
+TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd;
+  for (int64_t L : {1, 2, 3, 4, 5, 8, 9}) {
+    for (int64_t n : {7, 16, 31, 64, 200}) {
+      for (int64_t K : {8, 32, 45, 128}) {
+        for (int layout = 0; layout < 4; ++layout) {
+          // [n, row] bf16 rows; member l reads k range [l * K, l * K + K) of each row (adjacent)
+          // or row range of its own matrix (not adjacent); rows of at least 2 KiB take the
+          // chain kernel, shorter ones one GEMV per member.
+          const bool adjacent = layout % 2 == 0, long_rows = layout >= 2;
+          const int64_t row = std::max<int64_t>(adjacent ? L * K + 3 : K + 5, long_rows ? 1030 : 0);
+          const int64_t mats = adjacent ? 1 : L;
+          std::vector<uint16_t> w(static_cast<size_t>(mats * n * row));
+          for (auto& v : w) v = to_bf16(nd(rng));
+          std::vector<float> coef(static_cast<size_t>(L * K));
+          for (auto& c : coef) c = nd(rng);
+          const auto* w8 = reinterpret_cast<const uint8_t*>(w.data());
+          std::vector<float> got(static_cast<size_t>(L * (n + 1)), -7.0f), ref(static_cast<size_t>(n));
+          std::vector<float*> acc(static_cast<size_t>(L));
+          std::vector<const float*> cf(static_cast<size_t>(L));
+          std::vector<const uint8_t*> wp(static_cast<size_t>(L));
+          for (int64_t l = 0; l < L; ++l) {
+            acc[l] = got.data() + l * (n + 1);
+            cf[l] = coef.data() + l * K;
+            wp[l] = adjacent ? w8 + l * K * 2 : w8 + l * n * row * 2;
+          }
+          simd::gemv_chain_bf16(acc.data(), cf.data(), wp.data(), L, 2, row * 2, K, n);
+          for (int64_t l = 0; l < L; ++l) {
+            simd::gemv_bf16(ref.data(), cf[l], wp[l], 2, row * 2, K, n);
+            for (int64_t j = 0; j < n; ++j)
+              ASSERT_EQ(acc[l][j], ref[j]) << "L=" << L << " n=" << n << " K=" << K << " l=" << l;
+            ASSERT_EQ(acc[l][n], -7.0f);  // nothing written past the member's columns
+          }
+        }
       }
     }
   }
