@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -110,9 +111,11 @@ bool refine(const View& d, const View& s, Dim* out, int& nd);
 
 // Whether nc_matmul with these (free-collapsed) operands takes the thin-operand GEMV path.
 bool thin_matmul_shapes(const View& s, const View& m);
-// Runs the `count` thin matmuls from c.pc on (a run of Plan::matmul_run) as one parallel job;
-// false (nothing done) when one of them does not take the thin path after all.
-bool matmul_run(Ctx& c, int32_t count);
+// Runs the matmul run of Plan::matmul_run at c.pc (`span` instructions): its matmuls' GEMVs as
+// one parallel job, then in program order their stores and, through `step` (which runs the
+// instruction at c.pc and advances it), the other instructions. Leaves c.pc unchanged; false
+// (nothing done) when one of the matmuls does not take the thin path after all.
+bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step);
 
 // Resolves operand k of the current instruction (dynamic offsets, bounds). Returns false
 // when a DMA with oob_mode=skip is out of bounds.

@@ -2,7 +2,9 @@
 // array accumulates) and nc_transpose.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
+#include <functional>
 
 #include "exec_internal.h"
 #include "kernels/blas.h"
@@ -206,38 +208,45 @@ bool thin_views(Ctx& c, ThinMatmul& t) {
 
 }  // namespace
 
-// A run of consecutive thin matmuls (Plan::matmul_run): matmuls read SBUF (or HBM in place)
-// and write PSUM only, so their GEMVs are independent. Consecutive matmuls with the same wide
-// layout (a projection's chain over k chunks, gate and up side by side) form GEMV chains whose
-// column blocks are computed for every member at once (one pass over the weight rows instead
-// of one per k chunk); the work items (column ranges of a chain) run as one parallel job over
-// the host threads (inline inside a parallel region). Then the results are stored in program
-// order, so PSUM accumulation adds in the same order as one by one.
-bool matmul_run(Ctx& c, int32_t count) {
+// A matmul run (Plan::matmul_run): its matmuls read SBUF (or HBM in place) and write PSUM
+// only, and the instructions between them write nothing the run's matmuls read, so all of its
+// GEMVs run first as one parallel job (inline inside a parallel region). Consecutive matmuls
+// with the same wide layout (a projection's chain over k chunks, gate and up side by side) form
+// GEMV chains whose column blocks are computed for every member at once (one pass over the
+// weight rows instead of one per k chunk); the work items (column ranges of a chain) are
+// claimed one at a time by whichever host thread is free. Then, in program order, each
+// matmul's result is stored (PSUM accumulation adds in the same order as one by one) and every
+// other instruction of the run's span runs through `step`.
+bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   // Weight bytes per work item: a single GEMV's, and a chain's (whose kernel prefetches the
   // next column block within an item).
   constexpr int64_t kItemBytes = 32 * 1024, kChainItemBytes = 128 * 1024;
   const int32_t pc0 = c.pc;
-  std::vector<ThinMatmul> mm(static_cast<size_t>(count));
-  std::vector<int64_t> offset(static_cast<size_t>(count) + 1, 0);
+  const auto& member = c.plan->run_member;
+  std::vector<ThinMatmul> mm;
+  std::vector<int64_t> offset(1, 0);
+  for (int32_t pc = pc0; pc < pc0 + span; ++pc) {
+    if (!member[static_cast<size_t>(pc)]) continue;
+    c.pc = pc;
+    ThinMatmul& t = mm.emplace_back();
+    if (!thin_views(c, t)) {
+      c.pc = pc0;
+      return false;
+    }
+    offset.push_back(offset.back() + t.rows * t.width);
+  }
+  c.pc = pc0;
+  const auto count = static_cast<int32_t>(mm.size());
+  // Not the per-instruction scratch: the instructions between the matmuls use that.
+  thread_local std::vector<float> results;
+  if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
+  std::vector<float*> A(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) A[static_cast<size_t>(i)] = results.data() + offset[static_cast<size_t>(i)];
   struct Item {
     int32_t i, L;
     int64_t j0, j1;
   };
   std::vector<Item> items;
-  for (int32_t i = 0; i < count; ++i) {
-    c.pc = pc0 + i;
-    if (!thin_views(c, mm[static_cast<size_t>(i)])) {
-      c.pc = pc0;
-      return false;
-    }
-    const ThinMatmul& t = mm[static_cast<size_t>(i)];
-    offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + t.rows * t.width;
-  }
-  c.pc = pc0;
-  float* base = scratch().fb(0, offset.back());
-  std::vector<float*> A(static_cast<size_t>(count));
-  for (int32_t i = 0; i < count; ++i) A[static_cast<size_t>(i)] = base + offset[static_cast<size_t>(i)];
   for (int32_t i = 0; i < count;) {
     const ThinMatmul& t = mm[static_cast<size_t>(i)];
     int32_t L = 1;
@@ -247,8 +256,12 @@ bool matmul_run(Ctx& c, int32_t count) {
     for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});
     i += L;
   }
-  rt::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t k = b; k < e; ++k) {
+  // Claimed one at a time: a helper that wakes late (or is descheduled on a busy host) leaves
+  // its share to the others instead of holding up the run with a fixed half.
+  std::atomic<int64_t> claim{0};
+  const auto n_items = static_cast<int64_t>(items.size());
+  rt::parallel_for(0, std::min<int64_t>(n_items, rt::num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t k; (k = claim.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
       const Item& it = items[static_cast<size_t>(k)];
       const auto i = static_cast<size_t>(it.i);
       if (it.L > 1)
@@ -257,7 +270,17 @@ bool matmul_run(Ctx& c, int32_t count) {
         mm[i].columns(A[i], it.j0, it.j1);
     }
   });
-  for (int32_t i = 0; i < count; ++i) mm[static_cast<size_t>(i)].store(A[static_cast<size_t>(i)]);
+  size_t next = 0;
+  for (c.pc = pc0; c.pc < pc0 + span;) {
+    if (member[static_cast<size_t>(c.pc)]) {
+      mm[next].store(A[next]);
+      ++next;
+      ++c.pc;
+    } else {
+      step();
+    }
+  }
+  c.pc = pc0;
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <new>
 
@@ -531,6 +532,16 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
                "");
     }
   };
+  // One straight-line instruction at c.pc (an elided DMA does nothing); advances c.pc.
+  const std::function<void()> step = [&] {
+    const Instr& in = instrs[c.pc];
+    if (!(c.plan && c.plan->skip[static_cast<size_t>(c.pc)])) {
+      c.dyn.fill(0);
+      in.def().exec(c);
+      if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
+    }
+    ++c.pc;
+  };
   auto& regs = core.regs;
   using isa::Fields;
   const int64_t sbuf_pitch = Program::sbuf_pitch(t), psum_pitch = Program::psum_pitch(t);
@@ -583,24 +594,16 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       default:
         break;
     }
-    if (c.plan && c.plan->skip[static_cast<size_t>(c.pc)]) {  // an elided DMA
-      ++executed;
-      ++c.pc;
-      continue;
-    }
     if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1) {
-      const int32_t len = c.plan->matmul_run[static_cast<size_t>(c.pc)];
-      if (matmul_run(c, len)) {
-        executed += len;
-        c.pc += len;
+      const int32_t span = c.plan->matmul_run[static_cast<size_t>(c.pc)];
+      if (matmul_run(c, span, step)) {
+        executed += span;
+        c.pc += span;
         continue;
       }
     }
-    c.dyn.fill(0);
-    in.def().exec(c);
+    step();
     ++executed;
-    if (report && opt.record_trace) report->trace.push_back(ExecRecord{c.pc, c.dyn});
-    ++c.pc;
   }
   if (report) report->instructions += executed;
   if (opt.check_uninit) core.disable_shadow();

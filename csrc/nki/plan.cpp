@@ -308,38 +308,119 @@ bool thin_reader(const Instr& in, const std::array<Phys, kMaxOperands>& ph, int 
 
 // Weight bytes a run must stream before sharing it over the host threads pays for waking them.
 constexpr int64_t kMinRunBytes = 128 * 1024;
+// Bounds of one run: instructions spanned, on-chip writes tracked between its matmuls, and
+// GEMV results held until their stores (floats).
+constexpr int32_t kMaxRunSpan = 4096;
+constexpr size_t kMaxRunWrites = 512;
+constexpr int64_t kMaxRunResults = int64_t{1} << 22;
 
-// Runs of consecutive matmuls that take the thin path in their planned form (in-place operands
-// included), streaming at least kMinRunBytes of their wide operands together.
+// Instructions whose only effect is on their operands (and this core's registers): no
+// rendezvous with another core or rank (after which HBM could hold another core's data), no
+// loop structure, no indirect addressing.
+bool local_effects(const isa::InstrDef& def) {
+  switch (def.op) {
+    case Op::CoreBarrier:
+    case Op::SendRecv:
+    case Op::DmaIndirect:
+    case Op::AllReduce:
+    case Op::AllGather:
+    case Op::ReduceScatter:
+    case Op::AllToAll:
+    case Op::CollectivePermute:
+    case Op::PermuteImplicit:
+    case Op::PermuteImplicitReduce:
+    case Op::RankId:
+      return false;
+    default:
+      return !def.control;
+  }
+}
+
+// Runs of thin matmuls (their planned form, in-place operands included) that stream at least
+// kMinRunBytes of their wide operands together. A run spans consecutive thin matmuls and the
+// instructions between them, as long as those only write on-chip memory that no later matmul
+// of the run reads (the activation and product between a projection's gate/up chunks, the PSUM
+// copies between a projection's column blocks): the run's GEMVs can then all be computed first,
+// as one parallel job, and give the bits they give in program order. Matmuls write only PSUM
+// and read only SBUF or HBM, so they never depend on each other's GEMVs; their stores (and
+// PSUM accumulation) and the other instructions still run in program order.
 void build_matmul_runs(const Program& prog, Plan& pl) {
   const auto& instrs = prog.instrs();
   const auto n = static_cast<int32_t>(instrs.size());
   pl.matmul_run.assign(instrs.size(), 0);
+  pl.run_member.assign(instrs.size(), 0);
   using FX = isa::Fields<Op::Matmul>;
-  constexpr int ks = FX::k<"stationary">, km = FX::k<"moving">;
-  auto thin_bytes = [&](int32_t j) -> int64_t {  // 0: not a thin matmul
-    const Instr& in = instrs[static_cast<size_t>(j)];
-    if (in.op != Op::Matmul) return 0;
-    const FX f{in};
-    if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return 0;
+  constexpr int kd = FX::k<"dst">, ks = FX::k<"stationary">, km = FX::k<"moving">;
+  auto operands = [&](int32_t j) -> const std::array<Phys, kMaxOperands>& {
     const int32_t a = pl.alt[static_cast<size_t>(j)];
-    const auto& ph = a >= 0 ? pl.alt_phys[static_cast<size_t>(a)] : prog.phys()[static_cast<size_t>(j)];
+    return a >= 0 ? pl.alt_phys[static_cast<size_t>(a)] : prog.phys()[static_cast<size_t>(j)];
+  };
+  struct Thin {
+    int64_t bytes = 0, results = 0;  // 0 bytes: not a thin matmul
+  };
+  auto thin = [&](int32_t j) -> Thin {
+    const Instr& in = instrs[static_cast<size_t>(j)];
+    if (in.op != Op::Matmul) return {};
+    const FX f{in};
+    if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return {};
+    const auto& ph = operands(j);
+    if (ph[kd].reg >= 0 || ph[ks].reg >= 0 || ph[km].reg >= 0) return {};  // resolved early
     View s = view_of(ph[ks]), m = view_of(ph[km]);
     detail::collapse_free(s);
     detail::collapse_free(m);
-    if (!detail::thin_matmul_shapes(s, m)) return 0;
+    if (!detail::thin_matmul_shapes(s, m)) return {};
     const View& wide = m.free() <= s.free() ? s : m;
-    return wide.parts() * wide.free() * wide.es;
+    return {wide.parts() * wide.free() * wide.es, s.free() * m.free()};
   };
+  std::vector<Box> written;
+  std::vector<int32_t> members;
   for (int32_t i = 0; i < n;) {
-    int32_t j = i;
-    int64_t bytes = 0;
-    for (int64_t b; j < n && (b = thin_bytes(j)) > 0; ++j) bytes += b;
-    if (j - i >= 2 && bytes >= kMinRunBytes) {
-      pl.matmul_run[static_cast<size_t>(i)] = j - i;
-      ++pl.runs;
+    const Thin first = thin(i);
+    if (first.bytes == 0) {
+      ++i;
+      continue;
     }
-    i = std::max(j, i + 1);
+    members.assign(1, i);
+    written.clear();
+    int64_t bytes = first.bytes, results = first.results;
+    for (int32_t j = i + 1; j < n && j - i < kMaxRunSpan; ++j) {
+      if (pl.skip[static_cast<size_t>(j)]) continue;  // an elided DMA: nothing runs
+      const Instr& x = instrs[static_cast<size_t>(j)];
+      const Thin t = thin(j);
+      if (t.bytes > 0) {
+        if (results + t.results > kMaxRunResults) break;
+        const auto& ph = operands(j);
+        bool clash = false;
+        for (int k : {ks, km}) {
+          if (ph[k].mem == Mem::Hbm) continue;
+          const Box b = box_of(prog, ph[k]);
+          for (const Box& w : written) clash |= w.overlaps(b);
+        }
+        if (clash) break;
+        members.push_back(j);
+        bytes += t.bytes;
+        results += t.results;
+        continue;
+      }
+      const isa::InstrDef& def = x.def();
+      if (!local_effects(def)) break;
+      bool ok = true;
+      for (int k = 0; k < x.nap && ok; ++k) {
+        const Phys& p = prog.phys()[static_cast<size_t>(j)][k];
+        if (!x.ap[k].present() || !def.operands[k].writes()) continue;
+        if (p.mem == Mem::Hbm) ok = false;  // in-place readers might read it
+        else if (p.mem == Mem::Sbuf) written.push_back(box_of(prog, p));
+      }
+      if (!ok || written.size() > kMaxRunWrites) break;
+    }
+    if (members.size() < 2 || bytes < kMinRunBytes) {
+      ++i;
+      continue;
+    }
+    pl.matmul_run[static_cast<size_t>(i)] = members.back() - i + 1;
+    for (int32_t j : members) pl.run_member[static_cast<size_t>(j)] = 1;
+    ++pl.runs;
+    i = members.back() + 1;
   }
 }
 

@@ -171,16 +171,19 @@ struct Phys {
 // SBUF copy. Checked runs and traced runs (cost model) never use the plan; a launch where an
 // in-place input shares memory with a tensor written while it is read in place (a hazard)
 // falls back to the full program.
-// Matmul runs: a sequence of consecutive thin-operand matmuls (they read SBUF or HBM and write
-// PSUM, so their GEMVs are independent) large enough to share over the host threads runs as one
-// parallel job, its results stored in program order.
+// Matmul runs: thin-operand matmuls (they read SBUF or HBM and write PSUM, so their GEMVs are
+// independent) large enough to share over the host threads, consecutive or separated by
+// instructions that write only on-chip memory the run's later matmuls do not read, run as one
+// parallel job of GEMVs; then their stores and the instructions between them run in program
+// order.
 struct Plan {
   std::vector<uint8_t> skip;  // per instruction: an elided DMA
   std::vector<int32_t> alt;   // per instruction: index into alt_phys (-1: the program's operands)
   std::vector<std::array<Phys, kMaxOperands>> alt_phys;
   // (HBM slot read in place, slot written while it is): the launch must not alias them.
   std::vector<std::pair<int32_t, int32_t>> hazards;
-  std::vector<int32_t> matmul_run;  // per instruction: length of the matmul run it starts (or 0)
+  std::vector<int32_t> matmul_run;  // per instruction: instructions spanned by the run it starts
+  std::vector<uint8_t> run_member;  // per instruction: a matmul whose GEMV its run computes
   int64_t elided = 0;               // DMAs skipped
   int64_t redirected = 0;           // operands reading HBM in place
   int64_t runs = 0;                 // matmul runs

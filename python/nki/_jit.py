@@ -144,8 +144,9 @@ def _map_tensors(v, fn):
 
 # ---------------------------------------------------------------------------------------------
 # The warm-call fast path. A call whose arguments are all tensors (exact torch.Tensor or
-# numpy.ndarray, at top level) and immutable scalars (None, bool, int, float, str, bytes, enum
-# members, dtypes) is keyed by its structure: the grid, the keyword names, per tensor its dtype,
+# numpy.ndarray), immutable scalars (None, bool, int, float, str, bytes, enum members, dtypes) and
+# lists or tuples of those is keyed by its structure: the grid, the keyword names, per list or
+# tuple its type and its elements' keys, per tensor its dtype,
 # shape, strides and device, per scalar its type and value, and the environment the trace and
 # target depend on (nki._nki_native.EnvKey). A key seen before maps to the trace the full path chose
 # then; it is taken only while the globals and closure values that trace read are still the same
@@ -181,6 +182,14 @@ def _fast_part(v):
         return (1, v.dtype, v.shape, v.strides)
     if isinstance(v, enum.Enum) or tp is dt.DType:
         return (tp, v)
+    if tp is list or tp is tuple:  # lists of weights, KV caches per layer
+        parts = []
+        for x in v:
+            k = _fast_part(x)
+            if k is None:
+                return None
+            parts.append(k)
+        return (tp, tuple(parts))
     return None
 
 
@@ -237,11 +246,20 @@ def _immutable_default(v) -> bool:
 
 
 def _tensor_order(sig: inspect.Signature, args, kwargs) -> list | None:
-    """Which call arguments (positions in args + kwargs values) the full path's tensor list holds,
-    in its order; None when the structure is not one the fast path reproduces (a default that
-    is a tensor or a mutable value)."""
+    """Which call arguments (positions in args + kwargs values; a tensor inside a list or tuple
+    argument by its path of indices) the full path's tensor list holds, in its order; None when
+    the structure is not one the fast path reproduces (a default that is a tensor or a mutable
+    value)."""
     vals = list(args) + list(kwargs.values())
-    marked = [_Slot(i) if _is_tensor(v) else v for i, v in enumerate(vals)]
+
+    def mark(v, path):
+        if _is_tensor(v):
+            return _Slot(path[0] if len(path) == 1 else path)
+        if type(v) is tuple or type(v) is list:  # what _fast_part keys element by element
+            return type(v)(mark(x, path + (j,)) for j, x in enumerate(v))
+        return v
+
+    marked = [mark(v, (i,)) for i, v in enumerate(vals)]
     names = list(kwargs)
     try:
         bound = sig.bind(*marked[: len(args)], **dict(zip(names, marked[len(args):])))
@@ -271,6 +289,14 @@ def _tensor_order(sig: inspect.Signature, args, kwargs) -> list | None:
     except LookupError:
         return None
     return order
+
+
+def _at(vals, path: tuple):
+    """The tensor at `path` inside the call's arguments (a list or tuple argument's element)."""
+    v = vals[path[0]]
+    for j in path[1:]:
+        v = v[j]
+    return v
 
 
 class _FastEntry:
@@ -423,7 +449,7 @@ class Kernel:
             if entry is not None and not _deps._required.get() and entry.valid():
                 vals = args + tuple(kwargs.values()) if kwargs else args
                 self._shared["stats"]["memory_hits"] += 1
-                return entry.run(self, [vals[i] for i in entry.order])
+                return entry.run(self, [vals[i] if type(i) is int else _at(vals, i) for i in entry.order])
         traced, tensors, framework, device = self._specialize(args, kwargs)
         if key is not None:
             self._note_fast(key, args, kwargs, traced, framework, device)

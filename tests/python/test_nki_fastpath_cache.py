@@ -321,3 +321,56 @@ def test_grid_kernels_are_made_once_per_grid():
     k = _fresh(sub)
     assert k[2] is k[2] and k[(2,)] is k[2] and k[2] is not k[3] and k[2][4] is k[4]
     assert k[2].grid == (2,) and k[2].cache_info() == k.cache_info()
+
+
+@nki.jit
+def weighted_sum(xs, pairs, scale=1.0):
+    """sum_i xs[i] * scale - sum over (a, b) in pairs of a - b: tensors inside a list and inside
+    tuples inside a list (nkilib megakernels take per-layer weights so)."""
+    out = nl.ndarray(xs[0].shape, xs[0].dtype, buffer=nl.shared_hbm)
+    acc = nl.multiply(nl.load(xs[0]), scale)
+    for x in xs[1:]:
+        acc = nl.add(acc, nl.multiply(nl.load(x), scale))
+    for a, b in pairs:
+        acc = nl.subtract(acc, nl.subtract(nl.load(a), nl.load(b)))
+    nl.store(out, acc)
+    return out
+
+
+@pytest.mark.parametrize("where", ["numpy", "neuron"])
+def test_lists_and_tuples_of_tensors_take_the_fast_path(where):
+    k = _fresh(weighted_sum)
+    rng = np.random.default_rng(3)
+    vals = [rng.standard_normal((4, 8)).astype(np.float32) for _ in range(7)]
+    if where == "neuron":
+        vals = [torch.from_numpy(v).to(NEURON) for v in vals]
+    conv = (lambda t: t) if where == "numpy" else (lambda t: t.cpu().numpy())
+    v = [conv(t) for t in vals]
+
+    def ref(xs, pairs, scale=1.0):
+        return sum(x * np.float32(scale) for x in xs) - sum(a - b for a, b in pairs)
+
+    xs, pairs = [vals[0], vals[1], vals[2]], [(vals[3], vals[4]), (vals[5], vals[6])]
+    expect = ref([v[0], v[1], v[2]], [(v[3], v[4]), (v[5], v[6])])
+    np.testing.assert_allclose(conv(_warm(k, xs, pairs)), expect, rtol=1e-6, atol=1e-6)
+    _no_full_path(k)
+    # Other tensors in the same structure, in other positions: bound from this call's lists.
+    xs2, pairs2 = [vals[6], vals[5], vals[4]], [(vals[2], vals[0]), (vals[1], vals[3])]
+    np.testing.assert_allclose(
+        conv(k(xs2, pairs2)), ref([v[6], v[5], v[4]], [(v[2], v[0]), (v[1], v[3])]), rtol=1e-6, atol=1e-6
+    )
+    # Another structure (length, list vs tuple, a scalar inside) is another key: the full path.
+    for call in (
+        lambda: k(xs[:2], pairs),
+        lambda: k(tuple(xs), pairs),
+        lambda: k(xs, [list(p) for p in pairs]),
+        lambda: k(xs, pairs, 2.0),
+    ):
+        with pytest.raises(AssertionError, match="full path"):
+            call()
+    del k._specialize  # the full path again
+    np.testing.assert_allclose(
+        conv(_warm(k, xs[:2], pairs, 2.0)), ref([v[0], v[1]], [(v[3], v[4]), (v[5], v[6])], 2.0),
+        rtol=1e-6, atol=1e-6,
+    )
+    assert k.cache_info()["traces"] == 2

@@ -205,12 +205,15 @@ def test_a_written_input_is_read_in_place_only_before_its_writes(write_before_re
         np.testing.assert_array_equal(cache[1:], c0[1:])
 
 
-def _matmul_chain_kernel(split: bool):
+def _matmul_chain_kernel(between: str):
     @nki.jit
     def chain(x, w):
         """out[1, N] = x @ w.T over K // 128 accumulating matmuls (nn.Linear weight, read in place)
-        plus the first chunk's product for the first N // 4 outputs, transposed, into its own tile. `split` puts a memset between
-        the matmuls, so each runs on its own instead of as one parallel run."""
+        plus the first chunk's product for the first N // 4 outputs, transposed, into its own tile.
+        `between` puts an instruction after every matmul: "none"; "memset" of an unrelated tile
+        (the matmuls still form one run); "copy": x's tile copied onto itself (a write of what the
+        next matmul reads: each matmul runs on its own); "scale": the next matmul's chunk of x
+        doubled (the same, with values a GEMV computed ahead of it would get wrong)."""
         N, K = w.shape
         KT = K // P
         xT = nl.ndarray((P, KT, 1), x.dtype, buffer=nl.sbuf)
@@ -222,8 +225,13 @@ def _matmul_chain_kernel(split: bool):
         junk = nl.ndarray((1, 8), nl.float32, buffer=nl.sbuf)
         for k in range(KT):
             nisa.nc_matmul(dst=ps, stationary=xT[:, k, :], moving=wT[:, k, :], accumulate=k > 0)
-            if split:
+            if between == "memset":
                 nisa.memset(dst=junk, value=float(k))
+            elif between == "copy":
+                nisa.tensor_copy(dst=xT, src=xT)
+            elif between == "scale":
+                c = (k + 1) % KT
+                nisa.tensor_scalar(dst=xT[:, c, :], data=xT[:, c, :], op0=nl.multiply, operand0=2.0)
         nisa.nc_matmul(dst=ps2, stationary=wT[:, 0, 0 : N // 4], moving=xT[:, 0, :])
         o = nl.ndarray((1, N), nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=o, src=ps)
@@ -241,23 +249,46 @@ def _matmul_chain_kernel(split: bool):
 @pytest.mark.parametrize("N,K", [(512, 512), (200, 384), (264, 1024), (200, 1152)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_matmul_run_gives_the_bits_of_one_by_one(N, K, dtype):
-    """Consecutive thin matmuls run as one parallel job (Plan matmul runs), the k chunks of a
-    projection as one GEMV chain (bf16 rows of 2 KiB or more: a pass over the weight rows
-    computes every chunk; chains of 3, 4, 8 and 9 and column counts with a tail): the same bits as the same matmuls
-    executed one at a time, accumulation order included."""
+    """Thin matmuls run as one parallel job (Plan matmul runs), consecutive or with instructions
+    between them that write nothing they read, the k chunks of a projection as one GEMV chain
+    (bf16 rows of 2 KiB or more: a pass over the weight rows computes every chunk; chains of 3,
+    4, 8 and 9 and column counts with a tail): the same bits as the same matmuls executed one at
+    a time, accumulation order included."""
     g = torch.Generator().manual_seed(7)
     x = torch.randn(1, K, generator=g).to(dtype)
     w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)
-    run, single = _matmul_chain_kernel(False), _matmul_chain_kernel(True)
+    run, spaced, single = (_matmul_chain_kernel(b) for b in ("none", "memset", "copy"))
     assert run.specialize(x, w).programs[0].plan["matmul_runs"] == 1
+    assert spaced.specialize(x, w).programs[0].plan["matmul_runs"] == 1
     assert single.specialize(x, w).programs[0].plan["matmul_runs"] == 0
-    run(x, w)  # first runs: checked, the full program
-    single(x, w)
-    (a, a2), (b, b2) = run(x, w), single(x, w)
+    for k in (run, spaced, single):  # first runs: checked, the full program
+        k(x, w)
+    (a, a2), (s, s2), (b, b2) = run(x, w), spaced(x, w), single(x, w)
     assert torch.equal(a, b) and torch.equal(a2, b2)
+    assert torch.equal(s, b) and torch.equal(s2, b2)
     torch.testing.assert_close(a, x.float() @ w.float().T, rtol=1e-4, atol=1e-4)
     ref2 = x.float()[:, 0:P] @ w.float()[: N // 4, 0:P].T  # the first 128-row chunk only
     torch.testing.assert_close(a2[:, 0], ref2[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_write_a_later_matmul_reads_ends_the_run(dtype):
+    """An instruction between thin matmuls that changes what a later one reads keeps them out of
+    one run (their GEMVs cannot be computed first): planned runs see the written values."""
+    g = torch.Generator().manual_seed(8)
+    N, K = 512, 512
+    x = torch.randn(1, K, generator=g).to(dtype)
+    w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)
+    kern = _matmul_chain_kernel("scale")
+    assert kern.specialize(x, w).programs[0].plan["matmul_runs"] == 0
+    xs = x.float().clone()
+    xs[:, P:] *= 2  # every chunk after the first, doubled before its matmul (exact)
+    ref = xs @ w.float().T
+    ref2 = 2 * x.float()[:, 0:P] @ w.float()[: N // 4, 0:P].T  # chunk 0, doubled after the chain
+    for _ in range(3):  # checked run, then planned runs
+        out, out2 = kern(x, w)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out2[:, 0], ref2[0], rtol=1e-4, atol=1e-4)
 
 
 def test_lnc2_decode_mlp_reads_every_weight_in_place():
