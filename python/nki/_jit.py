@@ -669,6 +669,10 @@ def _output_structure(ret, tr, name: str) -> dict:
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs are HBM tensors "
                 "allocated with nl.ndarray(..., buffer=nl.shared_hbm)"
             )
+        if info["kind"] == "private" and t._b.region == MemoryRegion.hbm:
+            # A returned nl.hbm tensor (the docs' examples allocate outputs so): it is an output,
+            # allocated by the launch and handed to the caller like an nl.shared_hbm one.
+            info["kind"] = "shared"
         if info["kind"] == "private":
             raise TypeError(
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs must be allocated in "

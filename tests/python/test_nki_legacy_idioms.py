@@ -110,3 +110,22 @@ def stale_read(x):
 def test_a_new_tensor_is_uninitialized_where_a_dead_one_was_written():
     with pytest.raises(NkiValidationError, match="uninitialized"):
         simulate_kernel(stale_read, np.ones((128, 64), np.float32))
+
+
+@nki.jit
+def hbm_output_and_per_partition_scalars(x):
+    """The docs' style: an nl.hbm output, and scalars assigned element by element (partition i)."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
+    t = nl.zeros((x.shape[0], 4), dtype=nl.float32)
+    for i in nl.static_range(x.shape[0]):
+        for j in nl.static_range(4):
+            t[i, j] = i * 10 + j
+    nl.store(out, nl.add(nl.load(x), t))
+    return out
+
+
+def test_nl_hbm_outputs_and_scalar_assignment_on_any_partition():
+    x = np.ones((8, 4), np.float32)
+    want = x + (np.arange(8)[:, None] * 10 + np.arange(4)[None, :])
+    np.testing.assert_array_equal(simulate_kernel(hbm_output_and_per_partition_scalars, x), want)
+    np.testing.assert_array_equal(hbm_output_and_per_partition_scalars(x), want)
