@@ -714,6 +714,22 @@ def _broadcast_shape(a: tuple, b: tuple, api: str) -> tuple:
     return tuple(out)
 
 
+def _broadcast_partitions(x: NkiTensor, y: NkiTensor) -> tuple:
+    """nl.add(a[128, 512], b[1, 512]): the engines do not broadcast across partitions, so the
+    one-partition operand is first copied to every partition by a DMA (partition-broadcast
+    source), as the compiler lowers it."""
+    if x.ndim != y.ndim or x.shape[0] == y.shape[0] or 1 not in (x.shape[0], y.shape[0]):
+        return x, y
+    from . import isa as nisa
+
+    one, other = (x, y) if x.shape[0] == 1 else (y, x)
+    src = _as_sbuf(one) if one.buffer == psum else one
+    wide = ndarray(_tile_shape((other.shape[0],) + one.shape[1:]), one.dtype, sbuf)
+    wide_v = wide if wide.shape == (other.shape[0],) + one.shape[1:] else wide.reshape((other.shape[0],) + one.shape[1:])
+    nisa.dma_copy(dst=wide_v, src=src._view((other.shape[0],) + src.shape[1:], (0,) + src.strides[1:]))
+    return (wide_v, y) if one is x else (x, wide_v)
+
+
 def _expand(x: NkiTensor, shape: tuple) -> NkiTensor:
     steps = [0 if (n == 1 and m != 1) else s for n, m, s in zip(x.shape, shape, x.strides)]
     return x._view(shape, steps)
@@ -775,6 +791,7 @@ def _binary(name: str, x, y, dtype=None, mask=None, _dst=None) -> NkiTensor:
             if _is_t(v):
                 _need_onchip(v, name, role)
         if _is_t(x) and _is_t(y):
+            x, y = _broadcast_partitions(x, y)
             shape = _broadcast_shape(x.shape, y.shape, name)
             res_dt = _dt.promote(x.dtype, y.dtype)
         else:

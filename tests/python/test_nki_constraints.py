@@ -326,7 +326,7 @@ def test_tensor_tensor_inputs_not_both_in_psum():
     expect(k, (X,), "are both in PSUM", marker="# MARK")
 
 
-def test_partition_mismatch_and_no_implicit_partition_broadcast():
+def test_partition_mismatch_in_isa_calls_and_broadcast_in_language_ops():
     @nki.jit
     def k(x):
         a = nl.zeros((128, 64), nl.float32)
@@ -336,14 +336,26 @@ def test_partition_mismatch_and_no_implicit_partition_broadcast():
 
     expect(k, (X,), "data1 has 128 partitions but data2 has 64", marker="# MARK")
 
+    # Language ops broadcast a one-partition operand (the SDK docs' nl.add example), through a
+    # DMA: the engines themselves never read across partitions.
     @nki.jit
     def k2(x):
+        a = nl.full((128, 64), 2.0, nl.float32)
+        b = nl.full((1, 64), 3.0, nl.float32)
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, a + b)
+        return out
+
+    np.testing.assert_array_equal(k2(X), np.full((128, 64), 5.0, np.float32))
+
+    @nki.jit
+    def k3(x):
         a = nl.zeros((128, 64), nl.float32)
-        b = nl.zeros((1, 64), nl.float32)
+        b = nl.zeros((64, 64), nl.float32)
         return a + b
 
-    with pytest.raises(ValueError, match="nl.broadcast_to"):
-        k2(X)
+    with pytest.raises(ValueError, match="not broadcastable"):
+        k3(X)
 
 
 def test_bitvec_operator_needs_integers():

@@ -129,3 +129,17 @@ def test_nl_hbm_outputs_and_scalar_assignment_on_any_partition():
     want = x + (np.arange(8)[:, None] * 10 + np.arange(4)[None, :])
     np.testing.assert_array_equal(simulate_kernel(hbm_output_and_per_partition_scalars, x), want)
     np.testing.assert_array_equal(hbm_output_and_per_partition_scalars(x), want)
+
+
+@nki.jit
+def add_row_to_every_partition(a, row):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(row)))  # [128, 64] + [1, 64]
+    return out
+
+
+def test_language_ops_broadcast_the_partition_dimension():
+    a = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    row = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    np.testing.assert_array_equal(simulate_kernel(add_row_to_every_partition, a, row), a + row)
+    assert "nki.isa.dma_copy" in add_row_to_every_partition.specialize(a, row).dump()
