@@ -492,6 +492,8 @@ class NkiTensor:
         self._no_indirect("indexing")
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if idx and isinstance(idx[0], NkiTensor) and not self.on_chip:
+            return self._index_by_tile(idx)
         if any(isinstance(i, IndexExpr) for i in idx):
             return self._index_grid(idx)
         if Ellipsis in idx:
@@ -566,6 +568,24 @@ class NkiTensor:
                 raise IndexError(f"unsupported index {item!r}")
             d += 1
         return NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
+
+    def _index_by_tile(self, idx) -> NkiTensor:
+        """``data[idx_tile[i_p, 0], i_f]`` (older releases): the first dimension of an HBM tensor
+        indexed by a [P, 1] SBUF tile of integers, an indirect (gather/scatter DMA) view: entry p
+        is row ``idx_tile[p]``; the other indices are index grids or ints as usual."""
+        ind = idx[0]
+        parts = ind.shape[0]
+        rest = idx[1:]
+        if any(isinstance(i, NkiTensor) for i in rest):
+            raise IndexError("only the first dimension can be indexed by a tile of indices")
+        row = self[(0,) + tuple(rest)] if rest else self[0]
+        if not isinstance(row, NkiTensor):
+            raise IndexError("indexing by a tile needs the other dimensions to give a tensor view")
+        if row.ndim and row.shape[0] == 1 and any(isinstance(i, IndexExpr) for i in rest):
+            row = row._view(row.shape[1:], row._steps[1:])  # the grid's partition axis is the tile's
+        t = NkiTensor(self._b, (parts,) + row.shape, self.dtype, row._offset, (0,) + row._steps)
+        t._vec = (_index_vector(ind, parts), self._indirect_stride(0, self.dtype))
+        return t
 
     def _index_grid(self, idx) -> NkiTensor:
         if len(idx) > self.ndim:

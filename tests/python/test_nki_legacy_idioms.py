@@ -143,3 +143,28 @@ def test_language_ops_broadcast_the_partition_dimension():
     row = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
     np.testing.assert_array_equal(simulate_kernel(add_row_to_every_partition, a, row), a + row)
     assert "nki.isa.dma_copy" in add_row_to_every_partition.specialize(a, row).dump()
+
+
+@nki.jit
+def gather_and_scatter_rows_by_tile(data, idx):
+    """data[idx_tile[i_p, 0], i_f]: rows chosen by an SBUF tile of indices (an indirect DMA)."""
+    out = nl.ndarray((idx.shape[0], data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+    back = nl.ndarray(data.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(idx.shape[0])[:, None]
+    i_f = nl.arange(data.shape[1])[None, :]
+    idx_tile = nl.load(idx[i_p])
+    rows = nl.load(data[idx_tile[i_p, 0], i_f])
+    nl.store(out, value=rows)
+    nl.store(back, value=nl.zeros(data.shape, dtype=data.dtype))
+    nl.store(back[idx_tile[i_p, 0], i_f], value=rows)
+    return out, back
+
+
+def test_hbm_rows_indexed_by_a_tile_of_indices():
+    data = np.random.default_rng(3).standard_normal((128, 32)).astype(np.float32)
+    idx = (3 * np.arange(40, dtype=np.int32)) % 128
+    out, back = simulate_kernel(gather_and_scatter_rows_by_tile, data, idx)
+    np.testing.assert_array_equal(out, data[idx])
+    want = np.zeros_like(data)
+    want[idx] = data[idx]
+    np.testing.assert_array_equal(back, want)
