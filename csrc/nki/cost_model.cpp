@@ -160,18 +160,14 @@ void DmaIndirect(const CostCtx& x, InstrCost& c) {
 void DmaCompute(const CostCtx& x, InstrCost& c) {
   using FX = Fields<Op::DmaCompute>;
   constexpr int kd = FX::k<"dst">;
-  double ns = 0;
-  int64_t read = 0;
-  for (int k = FX::k<"src0">; k <= FX::k<"src3">; ++k) {
+  dma_transfer(x, kd, FX::k<"src0">, false, c);
+  for (int k = FX::k<"src1">; k <= FX::k<"src3">; ++k) {
     if (k >= x.in.nap || !x.in.ap[k].present()) continue;
     InstrCost one;
     dma_transfer(x, kd, k, false, one);
-    ns += one.ns;
-    read += one.hbm_read;
-    c = one;
+    c.ns += one.ns;
+    c.hbm_read += one.hbm_read;
   }
-  c.ns = ns;
-  c.hbm_read = read;
 }
 
 // The read-modify-write of a gather/scatter-add: the destination entries are read too.

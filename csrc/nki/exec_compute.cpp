@@ -1248,9 +1248,9 @@ void stream_shuffle(Ctx& c, Views& w) {
 void topk(Ctx& c, Views& w) {
   using FX = isa::Fields<Op::TopK>;
   View &vd = w.v[FX::k<"val_dst">], &id = w.v[FX::k<"idx_dst">], &s = w.v[FX::k<"src">];
-  const int64_t n = FX{c.in()}.i<"n">(), K = vd.free(), F = s.free(), KF = vd.free();
+  const int64_t n = FX{c.in()}.i<"n">(), K = vd.free(), F = s.free();
   const int64_t cores = s.parts() / 16;
-  for_partitions(cores, 16 * (F + KF), [&](int64_t g) {
+  for_partitions(cores, 16 * (F + K), [&](int64_t g) {
     Scratch& sc = scratch();
     float* x = sc.fb(0, 16 * F);
     uint8_t* dx = c.check ? sc.db(0, 16 * F) : nullptr;
@@ -1281,10 +1281,10 @@ void topk(Ctx& c, Views& w) {
       if (!na && va != vb) return va < vb;
       return a < b;
     });
-    float* vr = sc.fb(1, KF);
-    int64_t* ir = sc.ib(0, KF);
-    uint8_t* dv = c.check ? sc.db(1, KF) : nullptr;
-    uint8_t* di = c.check ? sc.db(2, KF) : nullptr;
+    float* vr = sc.fb(1, K);
+    int64_t* ir = sc.ib(0, K);
+    uint8_t* dv = c.check ? sc.db(1, K) : nullptr;
+    uint8_t* di = c.check ? sc.db(2, K) : nullptr;
     for (int q = 0; q < 16 && q < K; ++q) {
       const int64_t p = 16 * g + q;
       load_row(vd, p, vr);

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "collective.h"
 #include "exec_internal.h"
 #include "program.h"
 
@@ -318,17 +319,12 @@ constexpr int64_t kMaxRunResults = int64_t{1} << 22;
 // rendezvous with another core or rank (after which HBM could hold another core's data), no
 // loop structure, no indirect addressing.
 bool local_effects(const isa::InstrDef& def) {
+  if (coll::moves_data(def.op)) return false;
   switch (def.op) {
     case Op::CoreBarrier:
     case Op::SendRecv:
     case Op::DmaIndirect:
-    case Op::AllReduce:
-    case Op::AllGather:
-    case Op::ReduceScatter:
-    case Op::AllToAll:
-    case Op::CollectivePermute:
-    case Op::PermuteImplicit:
-    case Op::PermuteImplicitReduce:
+    case Op::DmaComputeIndirect:
     case Op::RankId:
       return false;
     default:

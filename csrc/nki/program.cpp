@@ -317,15 +317,15 @@ void Program::add(const Instr& in_) {
                                             : isa::Fields<Op::WhileBegin>::slot<"end">] = idx;
       break;
     }
-    case Op::DmaIndirect: {
+    case Op::DmaIndirect:
+    case Op::DmaComputeIndirect: {
       // Which bytes a scatter (or a gather that skips bad indices) writes depends on the
       // index values of each run.
-      const isa::Fields<Op::DmaIndirect> f{in};
-      if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
-      break;
-    }
-    case Op::DmaComputeIndirect: {
-      const isa::Fields<Op::DmaComputeIndirect> f{in};
+      using F = isa::Fields<Op::DmaIndirect>;
+      using G = isa::Fields<Op::DmaComputeIndirect>;
+      static_assert(F::slot<"indirect"> == G::slot<"indirect"> &&
+                    F::slot<"oob_mode"> == G::slot<"oob_mode">);
+      const F f{in};
       if (f.i<"indirect">() != 0 || f.i<"oob_mode">() == 1) recheck_ = true;
       break;
     }

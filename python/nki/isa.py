@@ -333,10 +333,6 @@ def _dma_indirect(dst: NkiTensor, src: NkiTensor, oob_mode) -> None:
     emit("DmaIndirect", "dma", operands, attrs)
 
 
-def _same_access(a: NkiTensor, b: NkiTensor) -> bool:
-    return a._same_access(b)
-
-
 _DMA_COMPUTE_SRCS = 4  # sources one DmaCompute instruction takes (isa.def)
 
 
@@ -408,7 +404,7 @@ def _dma_compute_indirect(api: str, dst: NkiTensor, srcs: list, unique_indices, 
     if not unique_indices:
         raise NotImplementedError(f"{api}: unique_indices=False (repeated indices) is not supported by the hardware yet")
     if dst._vec is not None:  # scatter-add: dst(HBM)[idx] += src
-        same = [i for i, t in enumerate(srcs) if _same_access(t, dst)]
+        same = [i for i, t in enumerate(srcs) if t._same_access(dst)]
         if not same:
             raise NkiValidationError(
                 f"{api}: dst is indirect but no source is the same view of '{dst.name}' "
@@ -428,7 +424,7 @@ def _dma_compute_indirect(api: str, dst: NkiTensor, srcs: list, unique_indices, 
     if len(ind) != 1:
         raise NotImplementedError(f"{api}: only one of the tensors can be indirect")
     other = srcs[1 - ind[0]]
-    if not _same_access(other, dst):
+    if not other._same_access(dst):
         raise NkiValidationError(
             f"{api}: a gather-add reads an indirect source and dst itself; the other source "
             f"'{other.name}' is not dst [rule: dst = dst + src(HBM)[indices]]"
