@@ -199,7 +199,7 @@ def test_collectives_are_a_ring_over_neuronlink():
     r = torchrun(os.path.join(here, "dist_scripts", "estimate_collectives.py"), here, nproc=2, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = re.findall(r"rank (\d) (\w+) tasks=(\d+) est_ns=([\d.]+) formula_ns=([\d.]+)", r.stdout)
-    ops = ("all_gather", "all_reduce", "reduce_scatter")
+    ops = ("all_gather", "all_gather_coalesced", "all_reduce", "reduce_scatter", "reduce_scatter_coalesced")
     assert sorted((q, op) for q, op, *_ in rows) == [(q, op) for q in "01" for op in ops], r.stdout
     for _, op, tasks, est, formula in rows:
         assert int(tasks) >= 1, (op, r.stdout)

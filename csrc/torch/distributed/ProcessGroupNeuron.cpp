@@ -428,48 +428,11 @@ namespace {
 // Estimated Trainium2 time of a collective (nki/device_time.h): a ring over the group's
 // logical cores, sized by what the model counts per rank for its kind: the output of
 // all-gather, the input of reduce-scatter and all-to-all, the buffer of all-reduce and
-// broadcast. `tensors` are all the tensors a call uses (its inputs and its outputs), `outputs`
-// those it writes; coalesced calls are named by `name`.
-double collective_est_ns(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+// broadcast (reduce, gather and scatter are priced as a broadcast of their buffer). `tensors`
+// are all the tensors a call uses (its inputs and its outputs), `outputs` those it writes.
+double collective_est_ns(nki::Collective kind, const std::vector<at::Tensor>& tensors,
                          const std::vector<at::Tensor>& outputs, int ranks) {
   using C = nki::Collective;
-  C kind = C::Broadcast;
-  switch (type) {
-    case c10d::OpType::ALLREDUCE:
-    case c10d::OpType::ALLREDUCE_COALESCED:
-      kind = C::AllReduce;
-      break;
-    case c10d::OpType::ALLGATHER:
-    case c10d::OpType::_ALLGATHER_BASE:
-    case c10d::OpType::ALLGATHER_COALESCED:
-      kind = C::AllGather;
-      break;
-    case c10d::OpType::REDUCE_SCATTER:
-    case c10d::OpType::_REDUCE_SCATTER_BASE:
-      kind = C::ReduceScatter;
-      break;
-    case c10d::OpType::ALLTOALL:
-    case c10d::OpType::ALLTOALL_BASE:
-      kind = C::AllToAll;
-      break;
-    case c10d::OpType::BARRIER:
-      kind = C::Barrier;
-      break;
-    case c10d::OpType::SEND:
-    case c10d::OpType::RECV:
-    case c10d::OpType::RECVANYSOURCE:
-      kind = C::SendRecv;
-      break;
-    case c10d::OpType::COALESCED: {
-      const std::string n = name;
-      if (n.find("all_gather") != std::string::npos) kind = C::AllGather;
-      else if (n.find("reduce_scatter") != std::string::npos) kind = C::ReduceScatter;
-      else if (n.find("allreduce") != std::string::npos || n.find("all_reduce") != std::string::npos) kind = C::AllReduce;
-      break;
-    }
-    default:
-      break;
-  }
   double in_bytes = 0, out_bytes = 0;
   for (const at::Tensor& o : outputs) out_bytes += tensor_bytes(o);
   for (const at::Tensor& t : tensors) {
@@ -485,7 +448,7 @@ double collective_est_ns(c10d::OpType type, const char* name, const std::vector<
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, const char* name, rt::Stream& stream,
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, nki::Collective kind, const char* name, rt::Stream& stream,
                                                           const std::vector<at::Tensor>& tensors,
                                                           std::vector<at::Tensor> outputs, std::function<void()> task) {
   const c10::DeviceIndex device =
@@ -499,7 +462,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, con
       for (const at::Tensor& t : tensors)
         if (t.numel()) rt_device(device).allocator().record_stream(t.storage().data_ptr().get(), &stream);
     }
-    stream.launch(name, std::move(task), collective_est_ns(type, name, tensors, outputs, getSize()));
+    stream.launch(name, std::move(task), collective_est_ns(kind, tensors, outputs, getSize()));
     auto done = std::make_shared<rt::Event>();
     done->record(stream);
     const bool blocking = type == c10d::OpType::BARRIER;
@@ -507,7 +470,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(c10d::OpType type, con
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, const char* name,
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, nki::Collective kind, const char* name,
                                                            const std::vector<at::Tensor>& tensors,
                                                            std::vector<at::Tensor> outputs, rt::CollectiveDesc desc,
                                                            std::function<void(const std::string&)> body) {
@@ -517,7 +480,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue(c10d::OpType type, co
                 static_cast<int>(device), " and ", t.device(), ")");
   translate_errors([&] { check_usable(); });
   rt::Stream& gs = translate_errors([&]() -> rt::Stream& { return group_stream(device); });
-  return launch(type, name, gs, tensors, std::move(outputs),
+  return launch(type, kind, name, gs, tensors, std::move(outputs),
                 [this, desc = std::move(desc), body = std::move(body), keep = tensors]() mutable {
                   try {
                     run_collective(desc, body);
@@ -599,7 +562,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::enqueue_p2p(c10d::OpType type
   translate_errors([&] { check_usable(); });
   const c10::DeviceIndex device = tensor.device().index();
   rt::Stream& s = translate_errors([&]() -> rt::Stream& { return p2p_stream(device, peer, sending); });
-  return launch(type, name, s, {tensor}, {tensor}, [this, body = std::move(body), keep = tensor]() mutable {
+  return launch(type, nki::Collective::SendRecv, name, s, {tensor}, {tensor}, [this, body = std::move(body), keep = tensor]() mutable {
     try {
       check_usable();
       body();
@@ -619,7 +582,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   std::vector<Span> spans;
   for (const auto& t : tensors) spans.push_back(span(t, "all_reduce"));
   const Op op = to_op(opts.reduceOp);
-  return enqueue(c10d::OpType::ALLREDUCE, "c10d::allreduce", tensors, tensors,
+  return enqueue(c10d::OpType::ALLREDUCE, nki::Collective::AllReduce, "c10d::allreduce", tensors, tensors,
                  describe("all_reduce", tensors, op_name(op)), [this, spans, op](const std::string& what) {
                    for (const Span& s : spans) all_reduce(fabric_, s.ptr, s.ptr, s.numel, s.dtype, op, what);
                  });
@@ -640,7 +603,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   for (const auto& t : tensors) spans.push_back(span(t, "reduce"));
   const Op op = to_op(opts.reduceOp);
   const bool root = opts.rootRank == rank_;
-  return enqueue(c10d::OpType::REDUCE, "c10d::reduce", tensors, tensors,
+  return enqueue(c10d::OpType::REDUCE, nki::Collective::Broadcast, "c10d::reduce", tensors, tensors,
                  describe("reduce", tensors, op_name(op), static_cast<int>(opts.rootRank)),
                  [this, spans, op, root](const std::string& what) {
                    for (const Span& s : spans) all_reduce(fabric_, s.ptr, root ? s.ptr : nullptr, s.numel, s.dtype, op, what);
@@ -653,7 +616,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   std::vector<Span> spans;
   for (const auto& t : tensors) spans.push_back(span(t, "broadcast"));
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue(c10d::OpType::BROADCAST, "c10d::broadcast", tensors, tensors,
+  return enqueue(c10d::OpType::BROADCAST, nki::Collective::Broadcast, "c10d::broadcast", tensors, tensors,
                  describe("broadcast", tensors, "", root), [this, spans, root](const std::string& what) {
                    for (const Span& s : spans) {
                      if (all_)
@@ -672,7 +635,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(at::Tensor& o
               " elements, expected world_size (", size_, ") x input (", in.numel, ")");
   std::vector<char*> outs;
   for (int r = 0; r < size_; ++r) outs.push_back(out.ptr + static_cast<size_t>(r) * in.bytes());
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "c10d::all_gather_into_tensor", {input, output}, {output},
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, nki::Collective::AllGather, "c10d::all_gather_into_tensor", {input, output}, {output},
                  describe("all_gather_into_tensor", {input}),
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
@@ -693,7 +656,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(std::vector<std::ve
     outs.push_back(s.ptr);
     all.push_back(o);
   }
-  return enqueue(c10d::OpType::ALLGATHER, "c10d::all_gather", all, outputs[0], describe("all_gather", inputs),
+  return enqueue(c10d::OpType::ALLGATHER, nki::Collective::AllGather, "c10d::all_gather", all, outputs[0], describe("all_gather", inputs),
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
 
@@ -715,7 +678,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     all.push_back(inputs[i]);
     all.push_back(outputs[i]);
   }
-  return enqueue(c10d::OpType::COALESCED, "c10d::all_gather_into_tensor_coalesced", all, outputs,
+  return enqueue(c10d::OpType::COALESCED, nki::Collective::AllGather, "c10d::all_gather_into_tensor_coalesced", all, outputs,
                  describe("all_gather_into_tensor_coalesced", inputs),
                  [this, parts](const std::string& what) {
                    for (const auto& [in, outs] : parts) all_gather(fabric_, in.ptr, in.bytes(), outs, what);
@@ -746,7 +709,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(std::vector<std::vecto
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(), "neuron collective gather: only the root passes output tensors");
   }
-  return enqueue(c10d::OpType::GATHER, "c10d::gather", all, result, describe("gather", inputs, "", root),
+  return enqueue(c10d::OpType::GATHER, nki::Collective::Broadcast, "c10d::gather", all, result, describe("gather", inputs, "", root),
                  [this, in, outs](const std::string& what) { all_gather(fabric_, in.ptr, in.bytes(), outs, what); });
 }
 
@@ -771,7 +734,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(std::vector<at::Tenso
       all.push_back(t);
     }
   }
-  return enqueue(c10d::OpType::SCATTER, "c10d::scatter", all, outputs, describe("scatter", outputs, "", root),
+  return enqueue(c10d::OpType::SCATTER, nki::Collective::Broadcast, "c10d::scatter", all, outputs, describe("scatter", outputs, "", root),
                  [this, ins, out, root](const std::string& what) {
                    if (all_)
                      all_->scatter({ins.begin(), ins.end()}, out.ptr, out.bytes(), root, what);
@@ -789,7 +752,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(at::Tens
   const Op op = to_op(opts.reduceOp);
   std::vector<const char*> blocks;
   for (int r = 0; r < size_; ++r) blocks.push_back(in.ptr + static_cast<size_t>(r) * out.bytes());
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "c10d::reduce_scatter_tensor", {input, output}, {output},
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, nki::Collective::ReduceScatter, "c10d::reduce_scatter_tensor", {input, output}, {output},
                  describe("reduce_scatter_tensor", {input}, op_name(op)),
                  [this, blocks, out, op](const std::string& what) {
                    torch_glue::reduce_scatter(fabric_, blocks, out.ptr, out.numel, out.dtype, op, what);
@@ -812,7 +775,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(std::vector<at
     all.push_back(t);
   }
   const Op op = to_op(opts.reduceOp);
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "c10d::reduce_scatter", all, outputs,
+  return enqueue(c10d::OpType::REDUCE_SCATTER, nki::Collective::ReduceScatter, "c10d::reduce_scatter", all, outputs,
                  describe("reduce_scatter", outputs, op_name(op)),
                  [this, blocks, out, op](const std::string& what) {
                    torch_glue::reduce_scatter(fabric_, blocks, out.ptr, out.numel, out.dtype, op, what);
@@ -838,7 +801,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     all.push_back(outputs[i]);
   }
   const Op op = to_op(opts.reduceOp);
-  return enqueue(c10d::OpType::COALESCED, "c10d::reduce_scatter_tensor_coalesced", all, outputs,
+  return enqueue(c10d::OpType::COALESCED, nki::Collective::ReduceScatter, "c10d::reduce_scatter_tensor_coalesced", all, outputs,
                  describe("reduce_scatter_tensor_coalesced", inputs, op_name(op)),
                  [this, parts, op](const std::string& what) {
                    for (const auto& [blocks, out] : parts)
@@ -893,7 +856,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(at::Tensor& out
     d.send_bytes.push_back(send.back().second);
     d.recv_bytes.push_back(recv.back().second);
   }
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "c10d::all_to_all_single", {input, output}, {output}, std::move(d),
+  return enqueue(c10d::OpType::ALLTOALL_BASE, nki::Collective::AllToAll, "c10d::all_to_all_single", {input, output}, {output}, std::move(d),
                  [this, send, recv, in, out](const std::string& what) {
                    if (!all_) return shm_all_to_all(*shm_, send, recv, what.c_str(), timeout_);
                    std::vector<size_t> ss, rs;
@@ -925,7 +888,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
     all.push_back(inputs[static_cast<size_t>(r)]);
     all.push_back(outputs[static_cast<size_t>(r)]);
   }
-  return enqueue(c10d::OpType::ALLTOALL, "c10d::all_to_all", all, outputs, std::move(d),
+  return enqueue(c10d::OpType::ALLTOALL, nki::Collective::AllToAll, "c10d::all_to_all", all, outputs, std::move(d),
                  [this, send, recv](const std::string& what) {
                    if (!all_) return shm_all_to_all(*shm_, send, recv, what.c_str(), timeout_);
                    // Gloo's all-to-all takes one buffer per direction: pack, exchange, unpack.
@@ -943,7 +906,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::barrier(const c10d::BarrierOptions&) {
-  return enqueue(c10d::OpType::BARRIER, "c10d::barrier", {}, {}, describe("barrier", {}),
+  return enqueue(c10d::OpType::BARRIER, nki::Collective::Barrier, "c10d::barrier", {}, {}, describe("barrier", {}),
                  [this](const std::string& what) {
                    if (all_) all_->barrier(what);
                  });

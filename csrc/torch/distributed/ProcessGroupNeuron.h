@@ -25,6 +25,7 @@
 #include <string>
 
 #include "Collectives.h"
+#include "nki/device_time.h"
 #include "runtime/collective_desc.h"
 #include "runtime/kernel_link.h"
 #include "runtime/shm_comm.h"
@@ -112,14 +113,15 @@ class ProcessGroupNeuron : public c10d::Backend {
   void wait_for_keys(c10d::Store& store, const std::string& what, const std::vector<int>& ranks);
   rt::CollectiveDesc describe(const char* op, const std::vector<at::Tensor>& agreed, const std::string& reduce = "",
                               int root = -1);
-  // Queues `body` on the group's stream of the tensors' device as collective `desc`.
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* name, const std::vector<at::Tensor>& tensors,
+  // Queues `body` on the group's stream of the tensors' device as collective `desc`; the
+  // device-time model prices it as `kind`.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, nki::Collective kind, const char* name, const std::vector<at::Tensor>& tensors,
                                          std::vector<at::Tensor> outputs, rt::CollectiveDesc desc,
                                          std::function<void(const std::string& what)> body);
   // Queues a point-to-point transfer on the stream of (peer, direction).
   c10::intrusive_ptr<c10d::Work> enqueue_p2p(c10d::OpType type, const char* name, at::Tensor tensor, int peer,
                                              bool sending, std::function<void()> body);
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* name, rt::Stream& stream,
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, nki::Collective kind, const char* name, rt::Stream& stream,
                                         const std::vector<at::Tensor>& tensors, std::vector<at::Tensor> outputs,
                                         std::function<void()> task);
   void run_collective(const rt::CollectiveDesc& desc, const std::function<void(const std::string&)>& body);

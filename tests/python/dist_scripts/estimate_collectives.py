@@ -36,4 +36,27 @@ with torch.neuron.estimated_time() as t:
     dist.reduce_scatter_tensor(rs, out)
 say(f"rank {rank} reduce_scatter tasks={t.tasks} est_ns={t.device_s * 1e9:.1f} "
     f"formula_ns={ring(world - 1, 4 * n * world / world):.1f}")
+# Coalesced calls (FSDP's): one all_gather_into_tensor_coalesced / reduce_scatter_tensor_coalesced
+# task over the blocks, priced as one collective of their total size.
+m = n // 2
+parts = [torch.full((m,), float(rank + 1), device="neuron") for _ in range(2)]
+outs = [torch.empty(world * m, device="neuron") for _ in range(2)]
+with torch.neuron.estimated_time() as t:
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, parts):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+assert all(torch.equal(o.cpu()[r * m:(r + 1) * m], torch.full((m,), float(r + 1))) for o in outs for r in range(world))
+say(f"rank {rank} all_gather_coalesced tasks={t.tasks} est_ns={t.device_s * 1e9:.1f} "
+    f"formula_ns={ring(world - 1, 2 * 4 * m * world / world):.1f}")
+
+shards = [torch.empty(m, device="neuron") for _ in range(2)]
+with torch.neuron.estimated_time() as t:
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for s, o in zip(shards, outs):
+            dist.reduce_scatter_tensor(s, o)
+    cm.wait()
+assert all(torch.equal(s.cpu(), torch.full((m,), float(world * (rank + 1)))) for s in shards), "reduce_scatter coalesced"
+say(f"rank {rank} reduce_scatter_coalesced tasks={t.tasks} est_ns={t.device_s * 1e9:.1f} "
+    f"formula_ns={ring(world - 1, 2 * 4 * m * world / world):.1f}")
 dist.destroy_process_group()
