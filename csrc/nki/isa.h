@@ -381,6 +381,15 @@ struct InstrDef {
   }
 };
 
+// Compute engines address partitions in quadrants of 32 (DMA is not restricted): an access
+// of `num` partitions may start at partition 0 when it spans more than 64, at 0 or 64 when it
+// spans more than 32, else at any multiple of 32.
+constexpr bool engines_can_start(int64_t first_partition, int64_t num) {
+  if (num > 64) return first_partition == 0;
+  if (num > 32) return first_partition == 0 || first_partition == 64;
+  return first_partition % 32 == 0;
+}
+
 // The table, indexed by Op.
 inline constexpr InstrDef kInstrs[] = {
 #define NKI_INSTR(Id, ...) (__VA_ARGS__).bind(Op::Id, #Id, &cost::Id, &exec::Id),

@@ -117,11 +117,9 @@ void Checker::access_pattern(int k) const {
         fail(who + " accesses elements " + std::to_string(flo) + ".." + std::to_string(fhi) +
                  " of each partition, which holds " + std::to_string(fa),
              "accesses stay inside the tensor (free dimensions never cross partitions)");
-      // Compute engines address partitions in quadrants of 32 (DMA is not restricted).
       if (!def.any_partition_start && a.step[0] != 0) {
         const int64_t np = a.num[0];
-        const bool ok = np > 64 ? p0 == 0 : (np > 32 ? (p0 == 0 || p0 == 64) : p0 % 32 == 0);
-        if (!ok)
+        if (!isa::engines_can_start(p0, np))
           fail(who + " starts at partition " + std::to_string(p0) + " with " + std::to_string(np) +
                    " partitions",
                "compute engines start at partition 0 (>64 partitions), 0/64 (>32) or a multiple of "

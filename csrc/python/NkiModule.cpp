@@ -236,6 +236,7 @@ void init_module(py::module_& m) {
   });
 
   m.def("isa_table", &isa_table);
+  m.def("engines_can_start", &nki::isa::engines_can_start, py::arg("first_partition"), py::arg("num"));
 
   py::class_<EnvKey>(m, "EnvKey")
       .def(py::init<std::vector<std::string>>(), py::arg("extra"))

@@ -1022,19 +1022,14 @@ def loop_reduce(x, op, loop_indices, dtype=None, mask=None):
 
 
 def _engines_can_start(t: NkiTensor) -> bool:
-    """Whether a compute engine can access the partitions of on-chip view `t` (the start-
-    partition rule: 0 for more than 64 partitions, 0 or 64 for more than 32, else a multiple of 32)."""
+    """Whether a compute engine can access the partitions of on-chip view `t` (the engines'
+    start-partition rule, nki::isa::engines_can_start)."""
     if t._nblock or t._reg is not None or t._vec is not None or not t.shape:
         return True
     per_part = _math.prod(t._b.shape[1:]) if len(t._b.shape) > 1 else 1
     if per_part <= 0 or t._steps[0] != per_part:
         return True  # not a plain partition walk: leave it to the instruction's own checks
-    p0, n = t._offset // per_part, t.shape[0]
-    if n > 64:
-        return p0 == 0
-    if n > 32:
-        return p0 in (0, 64)
-    return p0 % 32 == 0
+    return _tracer.core().engines_can_start(t._offset // per_part, t.shape[0])
 
 
 def _assign(dst: NkiTensor, value) -> None:
