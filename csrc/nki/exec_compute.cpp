@@ -802,11 +802,17 @@ void range_select(Ctx& c, Views& w) {
     uint8_t* dx = c.check ? sc.db(0, F) : nullptr;
     if (dx) load_def_row(t, p, dx);
     const uint8_t bdef = vec_def(w.v[kb0], p) & vec_def(w.v[kb1], p);
+    // Both comparisons of the whole row at once (alu_vs: the ALU's values, one loop per op).
+    float* idx = sc.fb(1, F);
+    float* k0 = sc.fb(2, F);
+    float* k1 = sc.fb(3, F);
+    for (int64_t i = 0; i < F; ++i) idx[i] = static_cast<float>(i) + start;
+    alu_vs(c0, idx, b0, false, k0, F);
+    alu_vs(c1, idx, b1, false, k1, F);
     float mx = -std::numeric_limits<float>::infinity();
     uint8_t all_ok = 1;
     for (int64_t i = 0; i < F; ++i) {
-      const float idx = static_cast<float>(i) + start;
-      const bool keep = alu_ss(c0, idx, b0) != 0.0f && alu_ss(c1, idx, b1) != 0.0f;
+      const bool keep = k0[i] != 0.0f && k1[i] != 0.0f;
       if (!keep) x[i] = fill;
       if (dx) {
         dx[i] = bdef & (keep ? dx[i] : uint8_t{1});

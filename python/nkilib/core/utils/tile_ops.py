@@ -212,12 +212,30 @@ def proj_T(ps, wT, c0: int, msz: int, xT, K: int, rows=None) -> None:
 # Normalization
 
 
+def ones_matrix(name="ones"):
+    """A [128, 128] fp32 SBUF tile of ones: rmsnorm_hT's cross-partition sum (a kernel with
+    several norms makes it once)."""
+    ones = nl.ndarray((P, P), nl.float32, buffer=nl.sbuf, name=name)
+    nisa.memset(dst=ones, value=1.0)
+    return ones
+
+
 def rmsnorm_hT(
-    xT, H: int, T: int, gamma_T, eps: float, out_dtype, hidden_actual: int | None = None, name="xn"
+    xT,
+    H: int,
+    T: int,
+    gamma_T,
+    eps: float,
+    out_dtype,
+    hidden_actual: int | None = None,
+    name="xn",
+    ones=None,
 ):
     """RMSNorm over the hidden dimension of an hT tile: x * rsqrt(mean(x^2) + eps) * gamma.
     Statistics in fp32; the cross-partition sum of squares is a matmul with a ones matrix,
-    which also broadcasts it to every partition. gamma_T: hT-layout [128, KC] (or None)."""
+    which also broadcasts it to every partition. gamma_T: hT-layout [128, KC] (or None).
+    ones: a [128, 128] fp32 tile of ones (ones_matrix()) shared by several norms, or None to
+    make one here."""
     KF, rem = divmod(H, P)
     KC = div_ceil(H, P)
     f32 = nl.float32
@@ -226,8 +244,8 @@ def rmsnorm_hT(
         nisa.activation(dst=sq[:, 0:KF, :], op=nl.square, data=xT[:, 0:KF, :])
     if rem:
         nisa.activation(dst=sq[0:rem, KF, :], op=nl.square, data=xT[0:rem, KF, :])
-    ones = nl.ndarray((P, P), f32, buffer=nl.sbuf, name=name + "_ones")
-    nisa.memset(dst=ones, value=1.0)
+    if ones is None:
+        ones = ones_matrix(name + "_ones")
     ss = nl.ndarray((P, T), f32, buffer=nl.psum, name=name + "_ss")
     pairs = []
     if KF:

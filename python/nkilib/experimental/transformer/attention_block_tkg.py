@@ -102,12 +102,14 @@ def attention_block_hT(
     pos_sb,
     update_cache: bool,
     cdt,
+    ones=None,
 ):
     """One attention block on the hT residual [128, KH, B*S]; returns the block output in hT
-    layout (rounded to cdt, as a bf16 nn.Linear output would be)."""
+    layout (rounded to cdt, as a bf16 nn.Linear output would be). ones: the RMSNorm's ones
+    matrix when the caller shares one (tile_ops.ones_matrix), else None."""
     H, Hq, Hkv, d = spec.H, spec.Hq, spec.Hkv, spec.d
     T = B * S
-    xn = rmsnorm_hT(resT, H, T, gammaT, eps, cdt, name="attn_norm") if gammaT is not None else resT
+    xn = rmsnorm_hT(resT, H, T, gammaT, eps, cdt, name="attn_norm", ones=ones) if gammaT is not None else resT
     # QKV, token-major [T, I] (rounded to cdt like a bf16 projection output)
     qkv = nl.ndarray((T, spec.I), cdt, buffer=nl.sbuf, name="qkv")
     col = 0

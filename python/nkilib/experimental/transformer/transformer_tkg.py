@@ -13,6 +13,7 @@ from ...core.utils.tile_ops import (
     load_hT,
     load_positions,
     load_vec_T,
+    ones_matrix,
     rmsnorm_hT,
     store_hT,
     weight_dims,
@@ -107,17 +108,18 @@ def transformer_tkg(
     pos_sb = load_positions(position_ids, B)
     rope = load_rope_tables(RoPE_cos, RoPE_sin, B, S, pos_sb, d)
     resT = load_hT(X.reshape((T, H)), cdt, name="residual")
+    ones = ones_matrix("norm_ones")  # every layer's two RMSNorms share one ones matrix
     for layer in range(num_layers):
         spec = AttnBlockSpec(W_qkvs[layer], W_outs[layer], H, Hkv, d, weight_layout)
         g_attn = load_vec_T(W_gamma_qkvs[layer], H, nl.float32, name="gamma_attn")
         attn = attention_block_hT(
-            resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt
+            resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt, ones
         )
         add_residual(resT, attn, H)
         _, I = weight_dims(W_ups[layer], weight_layout)
         w = MlpWeights(W_gates[layer], W_ups[layer], W_downs[layer], weight_layout, H, I, cdt)
         g_mlp = load_vec_T(W_gamma_mlps[layer], H, nl.float32, name="gamma_mlp")
-        xn = rmsnorm_hT(resT, H, T, g_mlp, eps, cdt, name="mlp_norm")
+        xn = rmsnorm_hT(resT, H, T, g_mlp, eps, cdt, name="mlp_norm", ones=ones)
         actT = gate_up_act(xn, T, w, activation_fn=activation_fn)
         mlp_out = down_T(actT, T, w, cdt)
         add_residual(resT, mlp_out, H)
