@@ -220,3 +220,47 @@ def test_megakernel_estimate_beats_separate_kernels():
             weight_layout=WeightLayout.OUT_IN,
         ).total_us
     assert mk.total_us < sep
+
+
+def test_megakernel_norms_share_one_ones_matrix():
+    """Every RMSNorm of the megakernel uses the one ones matrix it makes up front (no 64 KiB
+    memset per norm), and a norm with a shared ones matrix gives the bits of one with its own."""
+    import nki.language as nl
+    from nkilib.core.utils.tile_ops import load_hT, load_vec_T, ones_matrix, rmsnorm_hT, store_hT
+
+    B, S, H, Hq, Hkv, d, I, L, Smax = 1, 1, 256, 4, 2, 32, 384, 3, 64
+    torch.manual_seed(0)
+    layers = make_layers(L, H, Hq, Hkv, d, I, torch.bfloat16, WeightLayout.OUT_IN)
+    traced = megakernel.specialize(
+        X=torch.randn(B, S, H).to(torch.bfloat16),
+        K_caches=[torch.randn(B, Hkv, Smax, d).to(torch.bfloat16) for _ in range(L)],
+        V_caches=[torch.randn(B, Hkv, Smax, d).to(torch.bfloat16) for _ in range(L)],
+        RoPE_cos=torch.rand(Smax, d // 2),
+        RoPE_sin=torch.rand(Smax, d // 2),
+        position_ids=torch.tensor([[5]], dtype=torch.int32),
+        num_layers=L,
+        eps=1e-5,
+        weight_layout=WeightLayout.OUT_IN,
+        **layers,
+    )
+    ones_fills = [ln for ln in traced.dump().splitlines() if "nki.isa.memset" in ln and "ones@" in ln]
+    assert len(ones_fills) == 1, ones_fills
+
+    def norms(x, g, shared: bool):
+        T, Hx = x.shape
+        out = nl.ndarray((2, T, Hx), x.dtype, buffer=nl.shared_hbm)
+        xT = load_hT(x, nl.bfloat16)
+        gT = load_vec_T(g, Hx, nl.float32)
+        ones = ones_matrix() if shared else None
+        a = rmsnorm_hT(xT, Hx, T, gT, 1e-5, nl.bfloat16, name="a", ones=ones)
+        b = rmsnorm_hT(a, Hx, T, gT, 1e-5, nl.bfloat16, name="b", ones=ones)
+        store_hT(out[0], a)
+        store_hT(out[1], b)
+        return out
+
+    x = torch.randn(3, 320).to(torch.bfloat16)  # 320 = 2.5 x 128: the partial-tile path too
+    g = (1 + 0.1 * torch.randn(320)).to(torch.bfloat16)
+    k = nki.jit(norms)
+    for _ in range(2):  # checked run, then the plan
+        own, shared = k(x, g, False), k(x, g, True)
+        assert torch.equal(own.view(torch.int16), shared.view(torch.int16))
