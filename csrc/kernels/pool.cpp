@@ -185,8 +185,13 @@ void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_
   dispatch_pool(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using C = Acc<T>;
+    // fp32/fp64 accumulate straight into grad_input; 16-bit floats through an fp32 plane.
+    constexpr bool in_place = std::is_same_v<T, C>;
     over_planes(a, a.H * a.W + a.OH * a.OW, [&](int64_t p) {
-      std::vector<C> acc(static_cast<size_t>(a.H * a.W), C(0));
+      T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
+      std::vector<C> buf(in_place ? 0 : static_cast<size_t>(a.H * a.W));
+      C* acc = in_place ? reinterpret_cast<C*>(gi) : buf.data();
+      std::fill(acc, acc + a.H * a.W, C(0));
       const T* g = static_cast<const T*>(grad_out) + p * a.OH * a.OW;
       const int64_t* ind = indices + p * a.OH * a.OW;
       for (int64_t o = 0; o < a.OH * a.OW; ++o) {
@@ -195,10 +200,10 @@ void max_pool2d_backward(const Pool2dArgs& a, const void* grad_out, const int64_
           throw std::out_of_range("max_pool2d_backward: index " + std::to_string(i) +
                                   " is out of bounds for an input of " + std::to_string(a.H * a.W) +
                                   " elements");
-        acc[static_cast<size_t>(i)] += static_cast<C>(g[o]);
+        acc[i] += static_cast<C>(g[o]);
       }
-      T* gi = static_cast<T*>(grad_in) + p * a.H * a.W;
-      for (int64_t i = 0; i < a.H * a.W; ++i) gi[i] = T(acc[static_cast<size_t>(i)]);
+      if constexpr (!in_place)
+        for (int64_t i = 0; i < a.H * a.W; ++i) gi[i] = T(acc[i]);
     });
   });
 }
