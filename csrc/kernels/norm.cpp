@@ -522,14 +522,12 @@ void bn_forward(const TensorRef& out, const TensorRef& save_mean, const TensorRe
         const TensorRef rows = channel_rows(a.input, c);
         double s = 0;
         for (int64_t n = 0; n < N; ++n) {
-          load_row(rows, n, x.data(), S);
-          s += ops.sum(x.data(), S);
+          s += ops.sum(row_view(rows, n, x.data(), S), S);
         }
         const double mu = s / count;
         double q = 0;
         for (int64_t n = 0; n < N; ++n) {
-          load_row(rows, n, x.data(), S);
-          q += ops.sq_dev(x.data(), S, mu);
+          q += ops.sq_dev(row_view(rows, n, x.data(), S), S, mu);
         }
         const double var = q / count;
         mean[static_cast<size_t>(c)] = mu;
@@ -590,10 +588,8 @@ void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
       const TensorRef xin = channel_rows(a.input, c), g = channel_rows(grad_out, c);
       double sdy = 0, sdyx = 0;
       for (int64_t n = 0; n < N; ++n) {
-        load_row(xin, n, x.data(), S);
-        load_row(g, n, dy.data(), S);
         double r1, r2;
-        ops.dot(dy.data(), x.data(), S, mu, &r1, &r2);
+        ops.dot(row_view(g, n, dy.data(), S), row_view(xin, n, x.data(), S), S, mu, &r1, &r2);
         sdy += r1;
         sdyx += r2;
       }
