@@ -488,8 +488,10 @@ NEURON_AVX2 void bn_dot_avx2(const float* dy, const float* x, int64_t n, double 
     const __m256d g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
     s_lo = _mm256_add_pd(s_lo, g_lo);
     s_hi = _mm256_add_pd(s_hi, g_hi);
-    p_lo = _mm256_fmadd_pd(g_lo, _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m), p_lo);
-    p_hi = _mm256_fmadd_pd(g_hi, _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m), p_hi);
+    const __m256d x_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m);
+    const __m256d x_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m);
+    p_lo = _mm256_fmadd_pd(g_lo, x_lo, p_lo);
+    p_hi = _mm256_fmadd_pd(g_hi, x_hi, p_hi);
   }
   double t1, t2;
   bn_dot_portable(dy + i, x + i, n - i, mu, &t1, &t2);

@@ -145,10 +145,12 @@ void max_pool2d_forward(const Pool2dArgs& a, const void* in, void* out, int64_t*
     std::vector<int32_t> base(static_cast<size_t>(n)), delta(static_cast<size_t>(a.kH * a.kW));
     for (int64_t oh = 0; oh < a.OH; ++oh)
       for (int64_t ow = 0; ow < a.OW; ++ow)
-        base[static_cast<size_t>(oh * a.OW + ow)] = static_cast<int32_t>(oh * a.sH * a.W + ow * a.sW);
+        base[static_cast<size_t>(oh * a.OW + ow)] =
+            static_cast<int32_t>(oh * a.sH * a.W + ow * a.sW);
     for (int64_t kh = 0; kh < a.kH; ++kh)
       for (int64_t kw = 0; kw < a.kW; ++kw)
-        delta[static_cast<size_t>(kh * a.kW + kw)] = static_cast<int32_t>(kh * a.dH * a.W + kw * a.dW);
+        delta[static_cast<size_t>(kh * a.kW + kw)] =
+            static_cast<int32_t>(kh * a.dH * a.W + kw * a.dW);
     over_planes(a, n * a.kH * a.kW, [&](int64_t p) {
       const float* x = static_cast<const float*>(in) + p * a.H * a.W;
       float* y = static_cast<float*>(out) + p * n;

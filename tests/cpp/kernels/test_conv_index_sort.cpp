@@ -230,7 +230,8 @@ TEST(Pool, MaxPoolingVectorPathMatchesPortable) {
       max_pool2d_forward(a, x.data(), out[pass].data(), idx[pass].data());
     }
     set_simd_level(saved);
-    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), n * sizeof(float)), 0) << sh.H << "x" << sh.W;
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), n * sizeof(float)), 0)
+        << sh.H << "x" << sh.W;
     EXPECT_EQ(idx[0], idx[1]) << sh.H << "x" << sh.W;
     // Sanity: NaNs reached the output (the case is exercised).
     EXPECT_TRUE(std::any_of(out[1].begin(), out[1].end(), [](float v) { return std::isnan(v); }));
