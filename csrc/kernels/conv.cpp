@@ -57,22 +57,52 @@ void im2col(const Geometry& g, const T* img, T* col) {
           const int64_t kd = kk / (g.k[1] * g.k[2]), kh = (kk / g.k[2]) % g.k[1], kw = kk % g.k[2];
           const T* src = img + c * g.I();
           T* dst = col + r * P;
+          const int64_t base = kw * g.d[2] - g.p[2];
+          // Valid ow (stride 1): 0 <= ow + base < W.
+          const int64_t lo = std::clamp<int64_t>(-base, 0, g.cols[2]);
+          const int64_t hi = std::clamp<int64_t>(g.img[2] - base, lo, g.cols[2]);
+          // Stride 1 in both and rows as wide as the image's: the valid rows of one output slice
+          // are one shifted copy of the image, whose wrapped-around edge columns are then zeroed
+          // (one copy per slice instead of one per row).
+          const bool block = g.s[1] == 1 && g.s[2] == 1 && g.cols[2] == g.img[2];
           for (int64_t od = 0; od < g.cols[0]; ++od) {
             const int64_t id = od * g.s[0] - g.p[0] + kd * g.d[0];
+            T* dslice = dst + od * g.cols[1] * g.cols[2];
+            if (block) {
+              const bool valid_d = id >= 0 && id < g.img[0];
+              // Valid oh: 0 <= oh - p + kh * d < H.
+              const int64_t off_h = kh * g.d[1] - g.p[1];
+              const int64_t a = valid_d ? std::clamp<int64_t>(-off_h, 0, g.cols[1]) : 0;
+              const int64_t b = valid_d ? std::clamp<int64_t>(g.img[1] - off_h, a, g.cols[1]) : 0;
+              const int64_t W = g.cols[2];
+              std::memset(static_cast<void*>(dslice), 0, static_cast<size_t>(a * W) * sizeof(T));
+              std::memset(static_cast<void*>(dslice + b * W), 0,
+                          static_cast<size_t>((g.cols[1] - b) * W) * sizeof(T));
+              if (a == b) continue;
+              // dslice[a * W + j] = src[s0 + j] for the j whose source lies inside the image.
+              const int64_t s0 = (id * g.img[1] + a + off_h) * W + base, n = (b - a) * W;
+              const int64_t j0 = std::clamp<int64_t>(-s0, 0, n);
+              const int64_t j1 = std::clamp<int64_t>(g.I() - s0, j0, n);
+              T* d = dslice + a * W;
+              std::memcpy(d + j0, src + s0 + j0, static_cast<size_t>(j1 - j0) * sizeof(T));
+              for (int64_t r = 0; r < b - a; ++r) {
+                for (int64_t ow = 0; ow < lo; ++ow) d[r * W + ow] = T(0.0f);
+                for (int64_t ow = hi; ow < W; ++ow) d[r * W + ow] = T(0.0f);
+              }
+              for (int64_t j = 0; j < j0; ++j) d[j] = T(0.0f);  // (only inside edge columns)
+              for (int64_t j = j1; j < n; ++j) d[j] = T(0.0f);
+              continue;
+            }
             for (int64_t oh = 0; oh < g.cols[1]; ++oh) {
               const int64_t ih = oh * g.s[1] - g.p[1] + kh * g.d[1];
-              T* drow = dst + (od * g.cols[1] + oh) * g.cols[2];
+              T* drow = dslice + oh * g.cols[2];
               if (id < 0 || id >= g.img[0] || ih < 0 || ih >= g.img[1]) {
                 std::memset(static_cast<void*>(drow), 0,
                             static_cast<size_t>(g.cols[2]) * sizeof(T));
                 continue;
               }
               const T* srow = src + (id * g.img[1] + ih) * g.img[2];
-              const int64_t base = kw * g.d[2] - g.p[2];
               if (g.s[2] == 1) {
-                // Valid ow: 0 <= ow + base < W.
-                const int64_t lo = std::clamp<int64_t>(-base, 0, g.cols[2]);
-                const int64_t hi = std::clamp<int64_t>(g.img[2] - base, lo, g.cols[2]);
                 std::memset(static_cast<void*>(drow), 0, static_cast<size_t>(lo) * sizeof(T));
                 std::memcpy(drow + lo, srow + lo + base, static_cast<size_t>(hi - lo) * sizeof(T));
                 std::memset(static_cast<void*>(drow + hi), 0,
@@ -107,10 +137,16 @@ void col2im(const Geometry& g, const A* col, A* img) {
             if (ih < 0 || ih >= g.img[1]) continue;
             const A* srow = src + (od * g.cols[1] + oh) * g.cols[2];
             A* drow = dst + (id * g.img[1] + ih) * g.img[2];
-            const int64_t base = kw * g.d[2] - g.p[2];
-            for (int64_t ow = 0; ow < g.cols[2]; ++ow) {
-              const int64_t iw = ow * g.s[2] + base;
-              if (iw >= 0 && iw < g.img[2]) drow[iw] += srow[ow];
+            const int64_t base = kw * g.d[2] - g.p[2], st = g.s[2];
+            // The ow with 0 <= ow * st + base < W, as a range (no test per element).
+            const int64_t lo = std::min(base >= 0 ? 0 : (-base + st - 1) / st, g.cols[2]);
+            const int64_t hi =
+                std::clamp<int64_t>(g.img[2] - base <= 0 ? 0 : (g.img[2] - base + st - 1) / st,
+                                    lo, g.cols[2]);
+            if (st == 1) {
+              for (int64_t ow = lo; ow < hi; ++ow) drow[ow + base] += srow[ow];
+            } else {
+              for (int64_t ow = lo; ow < hi; ++ow) drow[ow * st + base] += srow[ow];
             }
           }
         }

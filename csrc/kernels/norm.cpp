@@ -404,12 +404,119 @@ TensorRef channel_rows(const TensorRef& t, int64_t c) {
   return r;
 }
 
+// The batch-norm statistics of one row, accumulated in double: sum x, sum (x - mu)^2 and
+// (sum dy, sum dy * (x - mu)). The portable loops add in element order; the AVX2 ones keep
+// eight double lanes (element i in lane i % 8) and add the lanes at the end, which differs
+// from element order only in the last bits of a double (the fp32 results almost never move).
+template <typename C>
+struct BnSums {
+  double (*sum)(const C*, int64_t);
+  double (*sq_dev)(const C*, int64_t, double);
+  void (*dot)(const C* dy, const C* x, int64_t, double mu, double* s_dy, double* s_dyx);
+};
+
+template <typename C>
+double bn_sum_portable(const C* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+  return s;
+}
+
+template <typename C>
+double bn_sq_dev_portable(const C* x, int64_t n, double mu) {
+  double q = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - mu;
+    q += d * d;
+  }
+  return q;
+}
+
+template <typename C>
+void bn_dot_portable(const C* dy, const C* x, int64_t n, double mu, double* s_dy, double* s_dyx) {
+  double r1 = 0, r2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(dy[i]);
+    r1 += d;
+    r2 += d * (static_cast<double>(x[i]) - mu);
+  }
+  *s_dy = r1;
+  *s_dyx = r2;
+}
+
+#if NEURON_KERNELS_X86
+NEURON_AVX2 double hsum_pd(__m256d lo, __m256d hi) {
+  const __m256d s = _mm256_add_pd(lo, hi);
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+NEURON_AVX2 double bn_sum_avx2(const float* x, int64_t n) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  return hsum_pd(lo, hi) + bn_sum_portable(x + i, n - i);
+}
+
+NEURON_AVX2 double bn_sq_dev_avx2(const float* x, int64_t n, double mu) {
+  const __m256d m = _mm256_set1_pd(mu);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256d a = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m);
+    const __m256d b = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m);
+    lo = _mm256_fmadd_pd(a, a, lo);
+    hi = _mm256_fmadd_pd(b, b, hi);
+  }
+  return hsum_pd(lo, hi) + bn_sq_dev_portable(x + i, n - i, mu);
+}
+
+NEURON_AVX2 void bn_dot_avx2(const float* dy, const float* x, int64_t n, double mu, double* s_dy,
+                             double* s_dyx) {
+  const __m256d m = _mm256_set1_pd(mu);
+  __m256d s_lo = _mm256_setzero_pd(), s_hi = _mm256_setzero_pd();
+  __m256d p_lo = _mm256_setzero_pd(), p_hi = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(dy + i), v = _mm256_loadu_ps(x + i);
+    const __m256d g_lo = _mm256_cvtps_pd(_mm256_castps256_ps128(g));
+    const __m256d g_hi = _mm256_cvtps_pd(_mm256_extractf128_ps(g, 1));
+    s_lo = _mm256_add_pd(s_lo, g_lo);
+    s_hi = _mm256_add_pd(s_hi, g_hi);
+    const __m256d x_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), m);
+    const __m256d x_hi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), m);
+    p_lo = _mm256_fmadd_pd(g_lo, x_lo, p_lo);
+    p_hi = _mm256_fmadd_pd(g_hi, x_hi, p_hi);
+  }
+  double t1, t2;
+  bn_dot_portable(dy + i, x + i, n - i, mu, &t1, &t2);
+  *s_dy = hsum_pd(s_lo, s_hi) + t1;
+  *s_dyx = hsum_pd(p_lo, p_hi) + t2;
+}
+#endif
+
+template <typename C>
+BnSums<C> bn_sums() {
+#if NEURON_KERNELS_X86
+  if constexpr (std::is_same_v<C, float>) {
+    if (simd_level() == SimdLevel::Avx2) return {bn_sum_avx2, bn_sq_dev_avx2, bn_dot_avx2};
+  }
+#endif
+  return {bn_sum_portable<C>, bn_sq_dev_portable<C>, bn_dot_portable<C>};
+}
+
 template <typename C>
 void bn_forward(const TensorRef& out, const TensorRef& save_mean, const TensorRef& save_invstd,
                 const BatchNormArgs& a) {
   const int64_t N = a.input.sizes[0], Cn = a.input.sizes[1], S = a.input.sizes[2];
   const double count = static_cast<double>(N * S);
   std::vector<double> mean(static_cast<size_t>(Cn)), invstd(static_cast<size_t>(Cn));
+  const BnSums<C> ops = bn_sums<C>();
   if (a.training) {
     rt::parallel_for(0, Cn, 1, [&](int64_t c0, int64_t c1) {
       std::vector<C> x(static_cast<size_t>(S));
@@ -417,21 +524,12 @@ void bn_forward(const TensorRef& out, const TensorRef& save_mean, const TensorRe
         const TensorRef rows = channel_rows(a.input, c);
         double s = 0;
         for (int64_t n = 0; n < N; ++n) {
-          load_row(rows, n, x.data(), S);
-          double rs = 0;
-          for (int64_t i = 0; i < S; ++i) rs += static_cast<double>(x[static_cast<size_t>(i)]);
-          s += rs;
+          s += ops.sum(row_view(rows, n, x.data(), S), S);
         }
         const double mu = s / count;
         double q = 0;
         for (int64_t n = 0; n < N; ++n) {
-          load_row(rows, n, x.data(), S);
-          double rq = 0;
-          for (int64_t i = 0; i < S; ++i) {
-            const double d = static_cast<double>(x[static_cast<size_t>(i)]) - mu;
-            rq += d * d;
-          }
-          q += rq;
+          q += ops.sq_dev(row_view(rows, n, x.data(), S), S, mu);
         }
         const double var = q / count;
         mean[static_cast<size_t>(c)] = mu;
@@ -481,6 +579,7 @@ void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
                  const TensorRef& save_invstd, const BatchNormArgs& a) {
   const int64_t N = a.input.sizes[0], Cn = a.input.sizes[1], S = a.input.sizes[2];
   const double count = static_cast<double>(N * S);
+  const BnSums<C> ops = bn_sums<C>();
   rt::parallel_for(0, Cn, 1, [&](int64_t c0, int64_t c1) {
     std::vector<C> x(static_cast<size_t>(S)), dy(static_cast<size_t>(S));
     for (int64_t c = c0; c < c1; ++c) {
@@ -491,14 +590,8 @@ void bn_backward(const TensorRef& grad_input, const TensorRef& grad_weight,
       const TensorRef xin = channel_rows(a.input, c), g = channel_rows(grad_out, c);
       double sdy = 0, sdyx = 0;
       for (int64_t n = 0; n < N; ++n) {
-        load_row(xin, n, x.data(), S);
-        load_row(g, n, dy.data(), S);
-        double r1 = 0, r2 = 0;
-        for (int64_t i = 0; i < S; ++i) {
-          const double d = static_cast<double>(dy[static_cast<size_t>(i)]);
-          r1 += d;
-          r2 += d * (static_cast<double>(x[static_cast<size_t>(i)]) - mu);
-        }
+        double r1, r2;
+        ops.dot(row_view(g, n, dy.data(), S), row_view(xin, n, x.data(), S), S, mu, &r1, &r2);
         sdy += r1;
         sdyx += r2;
       }

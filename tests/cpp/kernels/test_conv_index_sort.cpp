@@ -3,7 +3,10 @@
 // counter-based sampler.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "kernels/conv.h"
 #include "kernels/index.h"
 #include "kernels/pool.h"
+#include "kernels/simd.h"
 #include "kernels/sort.h"
 
 using namespace neuron::kernels;
@@ -190,6 +194,48 @@ TEST(Pool, MaxAndAveragePooling) {
   for (float v : gi) total += v;
   EXPECT_EQ(total, 10.0f);
   EXPECT_EQ(gi[static_cast<size_t>(idx[3])], 4.0f);
+}
+
+// The vector max pooling (windows inside the input) gives the portable path's values and indices,
+// bit for bit: ties keep the first maximum, the first NaN wins, overlapping and dilated windows,
+// plane sizes with and without a scalar tail.
+TEST(Pool, MaxPoolingVectorPathMatchesPortable) {
+  if (simd_detected() != SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const SimdLevel saved = simd_level();
+  struct Shape {
+    int64_t H, W, k, s, d;
+  };
+  for (const Shape sh : {Shape{16, 16, 2, 2, 1}, Shape{9, 11, 3, 2, 1}, Shape{8, 8, 3, 1, 2},
+                         Shape{7, 13, 2, 1, 1}}) {
+    Pool2dArgs a;
+    a.planes = 5;
+    a.H = sh.H;
+    a.W = sh.W;
+    a.kH = a.kW = sh.k;
+    a.sH = a.sW = sh.s;
+    a.dH = a.dW = sh.d;
+    a.OH = (a.H - a.dH * (a.kH - 1) - 1) / a.sH + 1;
+    a.OW = (a.W - a.dW * (a.kW - 1) - 1) / a.sW + 1;
+    std::vector<float> x = random_vec(static_cast<size_t>(a.planes * a.H * a.W), 7);
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % 5 == 0) x[i] = std::round(x[i]);  // ties
+      if (i % 37 == 3) x[i] = std::nanf("");
+      if (i % 41 == 9) x[i] = -std::numeric_limits<float>::infinity();
+    }
+    const size_t n = static_cast<size_t>(a.planes * a.OH * a.OW);
+    std::vector<float> out[2] = {std::vector<float>(n), std::vector<float>(n)};
+    std::vector<int64_t> idx[2] = {std::vector<int64_t>(n), std::vector<int64_t>(n)};
+    for (int pass = 0; pass < 2; ++pass) {
+      set_simd_level(pass ? SimdLevel::Avx2 : SimdLevel::Portable);
+      max_pool2d_forward(a, x.data(), out[pass].data(), idx[pass].data());
+    }
+    set_simd_level(saved);
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), n * sizeof(float)), 0)
+        << sh.H << "x" << sh.W;
+    EXPECT_EQ(idx[0], idx[1]) << sh.H << "x" << sh.W;
+    // Sanity: NaNs reached the output (the case is exercised).
+    EXPECT_TRUE(std::any_of(out[1].begin(), out[1].end(), [](float v) { return std::isnan(v); }));
+  }
 }
 
 TEST(Index, ScatterReduceMeanAndAmaxWithoutSelf) {

@@ -219,3 +219,60 @@ TEST(Norm, BatchNormTrainingStatistics) {
     EXPECT_NEAR(rv[static_cast<size_t>(c)], 0.9 * (c ? 2.0 : 1.0) + 0.1 * q / (Nn * S - 1), 1e-5);
   }
 }
+
+// The AVX2 batch-norm statistics (eight double lanes, rows longer than a vector with a tail)
+// agree with the portable element-order sums to within an fp32 ulp or two, forward and backward.
+TEST(Norm, BatchNormVectorStatisticsMatchPortable) {
+  if (simd_detected() != SimdLevel::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const SimdLevel saved = simd_level();
+  const int64_t Nn = 4, C = 3, S = 37;
+  const size_t total = static_cast<size_t>(Nn * C * S);
+  auto x = random_vec(total, 11, 2.0f);
+  for (float& v : x) v += 3.0f;  // a mean far from zero: the centered sums matter
+  const auto dy = random_vec(total, 12);
+  std::vector<float> w{0.5f, 1.5f, -2.0f}, b{0.1f, 0.2f, 0.3f};
+  TensorRef in;
+  in.dtype = DType::Float32;
+  in.ndim = 3;
+  in.sizes[0] = Nn;
+  in.sizes[1] = C;
+  in.sizes[2] = S;
+  in.strides[0] = C * S;
+  in.strides[1] = S;
+  in.strides[2] = 1;
+  std::vector<float> y[2], sm[2], si[2], gx[2], gw[2], gb[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    set_simd_level(pass ? SimdLevel::Avx2 : SimdLevel::Portable);
+    y[pass].resize(total);
+    gx[pass].resize(total);
+    sm[pass].resize(C);
+    si[pass].resize(C);
+    gw[pass].resize(C);
+    gb[pass].resize(C);
+    BatchNormArgs a;
+    a.input = in;
+    a.input.data = x.data();
+    a.weight = ref1(w.data(), DType::Float32, C);
+    a.bias = ref1(b.data(), DType::Float32, C);
+    TensorRef out = in, g = in, gi = in;
+    out.data = y[pass].data();
+    g.data = const_cast<float*>(dy.data());
+    gi.data = gx[pass].data();
+    const TensorRef m = ref1(sm[pass].data(), DType::Float32, C),
+                    s = ref1(si[pass].data(), DType::Float32, C);
+    batch_norm_forward(out, m, s, a);
+    batch_norm_backward(gi, ref1(gw[pass].data(), DType::Float32, C),
+                        ref1(gb[pass].data(), DType::Float32, C), g, m, s, a);
+  }
+  set_simd_level(saved);
+  for (size_t i = 0; i < total; ++i) {
+    EXPECT_FLOAT_EQ(y[0][i], y[1][i]) << i;
+    EXPECT_FLOAT_EQ(gx[0][i], gx[1][i]) << i;
+  }
+  for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
+    EXPECT_FLOAT_EQ(sm[0][c], sm[1][c]);
+    EXPECT_FLOAT_EQ(si[0][c], si[1][c]);
+    EXPECT_FLOAT_EQ(gw[0][c], gw[1][c]);
+    EXPECT_FLOAT_EQ(gb[0][c], gb[1][c]);
+  }
+}
