@@ -106,7 +106,10 @@ NKI_MM_AVX512 void pack_b_row(float* dst, const MatmulOperand& B, int64_t k, int
     }
     for (; x < w; ++x) dst[x] = std::bit_cast<float>(static_cast<uint32_t>(h[x]) << 16);
   } else {
-    std::memcpy(dst, reinterpret_cast<const float*>(src) + j, static_cast<size_t>(w) * 4);
+    const float* f = reinterpret_cast<const float*>(src) + j;
+    int64_t x = 0;
+    for (; x + 16 <= w; x += 16) _mm512_storeu_ps(dst + x, _mm512_loadu_ps(f + x));
+    for (; x < w; ++x) dst[x] = f[x];
   }
   if (w < kNP) std::memset(dst + w, 0, static_cast<size_t>(kNP - w) * 4);
 }
@@ -125,8 +128,18 @@ NKI_MM_AVX512 void matmul_avx512(float* C, int64_t ldc, const MatmulOperand& A,
   for (int64_t ib = 0; ib < blocks; ++ib) {
     const int64_t i0 = ib * kMR, rows = std::min<int64_t>(kMR, M - i0);
     float* dst = Ap + ib * K * kMR;
-    for (int64_t k = 0; k < K; ++k)
-      for (int r = 0; r < kMR; ++r) dst[k * kMR + r] = r < rows ? at(A, k, i0 + r) : 0.0f;
+    if (rows < kMR) std::memset(dst, 0, static_cast<size_t>(K * kMR) * 4);
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t* src = A.base + k * A.row_bytes;
+      if (A.bf16) {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(src) + i0;
+        for (int64_t r = 0; r < rows; ++r)
+          dst[k * kMR + r] = std::bit_cast<float>(static_cast<uint32_t>(h[r]) << 16);
+      } else {  // no library call per 24 bytes
+        const float* f = reinterpret_cast<const float*>(src) + i0;
+        for (int64_t r = 0; r < rows; ++r) dst[k * kMR + r] = f[r];
+      }
+    }
   }
   float* Bp = bbuf.data();
   for (int64_t j = n0; j < n1; j += kNP) {
