@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string_view>
@@ -61,7 +60,7 @@ void tile_gemm(const kernels::GemmProblem& g) {
 // (NkiSimd.MatmulTileMatchesPortableAndGemm).
 bool use_micro_kernel(const kernels::GemmProblem& g) {
   return simd::matmul_uses_avx512() && std::string_view(kernels::gemm_route(g)) == "blas" &&
-         !(g.k == 1 && g.beta != 0.0) && !std::getenv("NKI_MM_MKL");
+         !(g.k == 1 && g.beta != 0.0);
 }
 
 // C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate), column blocks in parallel.
