@@ -80,7 +80,8 @@ simd::MatmulOperand bf16(const std::vector<uint16_t>& v, int64_t cols) {
 // The raw bf16 patterns of bf16-valued floats.
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v[i]) >> 16);
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v[i]) >> 16);
   return out;
 }
 
@@ -153,7 +154,8 @@ TEST(NkiSimd, MatmulTileColumnRangesWriteOnlyTheirColumns) {
       for (int64_t j = 0; j < N; ++j) {
         const size_t e = static_cast<size_t>(i * N + j);
         if (j < n0 || j >= n1)
-          EXPECT_EQ(std::bit_cast<uint32_t>(part[e]), std::bit_cast<uint32_t>(C0[e])) << i << " " << j;
+          EXPECT_EQ(std::bit_cast<uint32_t>(part[e]), std::bit_cast<uint32_t>(C0[e]))
+              << i << " " << j;
         else
           split[e] = part[e];
       }
