@@ -5,11 +5,13 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <string_view>
 
 #include "exec_internal.h"
 #include "kernels/blas.h"
 #include "kernels/gemm.h"
 #include "simd.h"
+#include "simd_matmul.h"
 
 namespace neuron::nki::detail {
 
@@ -50,6 +52,40 @@ void tile_gemm(const kernels::GemmProblem& g) {
   }
   const int64_t grain = std::max<int64_t>(32, (g.n + threads - 1) / threads);
   rt::parallel_for(0, g.n, grain, run);
+}
+
+// Whether the micro-kernel computes this tile product: AVX-512 hosts, where neither side is
+// thin (gemm's GEMV route keeps its arithmetic) and not a single product onto PSUM (the BLAS
+// fuses that one: fma(a, b, C)). Elsewhere kernels::gemm's BLAS route gives the same bits
+// (NkiSimd.MatmulTileMatchesPortableAndGemm).
+bool use_micro_kernel(const kernels::GemmProblem& g) {
+  return simd::matmul_uses_avx512() && std::string_view(kernels::gemm_route(g)) == "blas" &&
+         !(g.k == 1 && g.beta != 0.0);
+}
+
+// C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate), column blocks in parallel.
+void tile_matmul(const kernels::GemmProblem& g, const simd::MatmulOperand& A,
+                 const simd::MatmulOperand& B) {
+  float* C = static_cast<float*>(g.c);
+  const bool acc = g.beta != 0.0;
+  auto run = [&](int64_t n0, int64_t n1) {
+    simd::matmul_f32(C, g.c_rs, A, B, g.m, g.k, n0, n1, acc);
+  };
+  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
+  if (threads <= 1 || g.m * g.n * g.k < (int64_t{1} << 21) || g.n < 128) {
+    run(0, g.n);
+    return;
+  }
+  const int64_t grain = (((g.n + threads - 1) / threads) + 63) / 64 * 64;
+  rt::parallel_for(0, g.n, grain, run);
+}
+
+// An on-chip operand the micro-kernel reads in place: [K, F] with contiguous bf16/fp32 rows.
+bool in_place_operand(const View& v, simd::MatmulOperand& o) {
+  if (v.ndim != 2 || v.stride[1] != v.es || (v.dtype != DT::BFloat16 && v.dtype != DT::Float32))
+    return false;
+  o = {v.base, v.stride[0], v.dtype == DT::BFloat16};
+  return true;
 }
 
 // Matmuls with one thin operand (decode: one to a few tokens against a weight tile) as GEMVs
@@ -319,6 +355,26 @@ void Matmul(Ctx& c) {
   }
   const int64_t K = s.parts(), SF = s.free(), MF = m.free();
   const int64_t M = dbl ? SF / 2 : SF, N = dbl ? MF / 2 : MF, Kt = dbl ? 2 * K : K;
+  const bool direct = !transpose && d.dtype == DT::Float32 && d.ndim == 2 && d.stride[1] == 4;
+  kernels::GemmProblem g;
+  g.m = M;
+  g.n = N;
+  g.k = Kt;
+  g.beta = acc ? 1.0f : 0.0f;
+  const bool micro = !transpose && use_micro_kernel(g);
+  if (micro && direct && !c.check && !dbl) {
+    // Planned runs: the tiles are read where they are (bf16 widened while packed).
+    View s2 = s, m2 = m;
+    collapse_free(s2);
+    collapse_free(m2);
+    simd::MatmulOperand sa, mb;
+    if (in_place_operand(s2, sa) && in_place_operand(m2, mb)) {
+      g.c = d.base;
+      g.c_rs = d.stride[0] / 4;
+      tile_matmul(g, sa, mb);
+      return;
+    }
+  }
   Scratch& sc = scratch();
   float* sraw = sc.fb(0, K * SF);
   float* mraw = sc.fb(1, K * MF);
@@ -340,7 +396,6 @@ void Matmul(Ctx& c) {
       }
   }
 
-  const bool direct = !transpose && d.dtype == DT::Float32 && d.ndim == 2 && d.stride[1] == 4;
   float* C = direct ? nullptr : sc.fb(4, M * N);
   if (transpose) {
     // Transpose mode passes data through the array bit-exactly: dst = stationary^T.
@@ -354,10 +409,6 @@ void Matmul(Ctx& c) {
       }
     }
   } else {
-    kernels::GemmProblem g;
-    g.m = M;
-    g.n = N;
-    g.k = Kt;
     g.a = A;
     g.a_rs = 1;
     g.a_cs = M;
@@ -366,7 +417,6 @@ void Matmul(Ctx& c) {
     g.b_cs = 1;
     g.in_dtype = kernels::DType::Float32;
     g.out_dtype = kernels::DType::Float32;
-    g.beta = acc ? 1.0f : 0.0f;
     if (direct) {
       g.c = d.base;
       g.c_rs = d.stride[0] / 4;
@@ -378,7 +428,11 @@ void Matmul(Ctx& c) {
       g.c_rs = N;
       g.c_cs = 1;
     }
-    tile_gemm(g);
+    if (micro)
+      tile_matmul(g, {reinterpret_cast<const uint8_t*>(A), M * 4, false},
+                  {reinterpret_cast<const uint8_t*>(B), N * 4, false});
+    else
+      tile_gemm(g);
   }
   if (!direct) for_partitions(M, N, [&](int64_t i) { store_row(d, i, C + i * N); });
 
