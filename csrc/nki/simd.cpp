@@ -303,22 +303,28 @@ NKI_AVX512 void gemv_colsT_lanes512(const Lane* lane, int64_t js, int64_t K, int
 // Columns j .. j + 16 B of one GEMV. Thin matmuls over a weight read in place come in chains
 // over consecutive k ranges of the same columns (a projection's 128-row chunks), so while a
 // block runs, the same rows' next K values are prefetched for the next matmul of the chain.
+// `next` is the byte offset from each column's weights to what the next GEMV reads of the same
+// column position (by default the same rows' next K values).
 template <int B>
 NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
-                                    int64_t K, int64_t j) {
+                                    int64_t K, int64_t j, int64_t next) {
   Lane lane[B];
   for (int b = 0; b < B; ++b) lane[b] = {acc + j + b * 16, coef, w + (j + b * 16) * js};
-  gemv_colsT_lanes512<B>(lane, js, K, K * 2);
+  gemv_colsT_lanes512<B>(lane, js, K, next);
 }
 
 NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
-                                       int64_t js, int64_t K, int64_t n) {
+                                       int64_t js, int64_t K, int64_t n, int64_t next) {
   int64_t j = 0;
   if (K >= 32) {
-    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j);
-    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j);
+    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j, next);
+    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j, next);
   }
   if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
+}
+NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
+                                       int64_t js, int64_t K, int64_t n) {
+  gemv_colsT_bf16_avx512(acc, coef, w, js, K, n, K * 2);
 }
 // A chain of GEMVs over the same columns (one layout, any bases): column block by column block
 // across every member, four members' accumulators at a time, so the weights of a column block
@@ -436,6 +442,16 @@ bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K) {
   (void)ks, (void)js, (void)K;
   return false;
 #endif
+}
+
+void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js, int64_t K,
+                    int64_t n, const uint8_t* next_w) {
+#ifdef NKI_SIMD_AVX512
+  if (table().avx512 && js != 2 && next_w)
+    return gemv_colsT_bf16_avx512(acc, coef, w, js, K, n, next_w - w);
+#endif
+  (void)next_w;
+  gemv_bf16(acc, coef, w, 2, js, K, n);
 }
 
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
