@@ -113,7 +113,7 @@ TEST(NkiSimd, MultiRowGemvIsBitIdenticalToOneRowAtATime) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (int64_t rows : {1, 2, 3, 5, 8, 11, 16}) {
-    for (int64_t n : {1, 7, 8, 20, 64, 130}) {
+    for (int64_t n : {1, 7, 8, 16, 20, 40, 64, 130}) {
       const int64_t K = 37, np = n + 3;
       std::vector<float> coef(static_cast<size_t>(rows * K)), wf(static_cast<size_t>(K * np));
       for (auto& c : coef) c = nd(rng);
