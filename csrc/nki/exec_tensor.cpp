@@ -272,7 +272,8 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   // its share to the others instead of holding up the run with a fixed half.
   std::atomic<int64_t> claim{0};
   const auto n_items = static_cast<int64_t>(items.size());
-  const int64_t workers = std::min<int64_t>(n_items, rt::in_parallel_region() ? 1 : rt::num_threads());
+  const int64_t workers =
+      std::min<int64_t>(n_items, rt::in_parallel_region() ? 1 : rt::num_threads());
   // The item a thread most likely runs after item k (items are claimed in order), whose weights
   // it prefetches while running k: the first of every projection's chain is not cold then.
   auto next_weights = [&](int64_t k) -> const uint8_t* {

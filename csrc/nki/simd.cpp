@@ -181,19 +181,6 @@ __attribute__((target("avx2,fma"))) void gemv_multi_rows_avx2(float* acc, int64_
     gemv_cols_scalar_fma<BF16>(acc + r * lda, coef + r * ldc, w, ks, es, K, j, n);
 }
 
-template <bool BF16>
-void gemv_rows_many_avx2(float* acc, int64_t lda, const float* coef, int64_t rows,
-                         const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
-  int64_t r = 0;
-  for (; r + 8 <= rows; r += 8)
-    gemv_multi_rows_avx2<BF16, 8>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r + 4 <= rows; r += 4)
-    gemv_multi_rows_avx2<BF16, 4>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r + 2 <= rows; r += 2)
-    gemv_multi_rows_avx2<BF16, 2>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
-}
-
 void gemv_bf16_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                     int64_t K, int64_t n) {
   if (js == 2)
@@ -356,8 +343,8 @@ NKI_AVX512 void gemv_chain_colsT_bf16_avx512(float* const* acc, const float* con
 template <bool BF16>
 NKI_AVX512 inline __m512 load16(const uint8_t* p) {
   if constexpr (BF16)
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
   else
     return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
 }
@@ -397,16 +384,25 @@ NKI_AVX512 void gemv_multi_rows_avx512(float* acc, int64_t lda, const float* coe
   if (j < n) gemv_multi_rows_avx2<BF16, R>(acc + j, lda, coef, ldc, w + j * es, ks, K, n - j);
 }
 
-template <bool BF16>
-void gemv_rows_many_avx512(float* acc, int64_t lda, const float* coef, int64_t rows,
-                           const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
+// Rows in groups of 8, 4 and 2 through the multi-row kernel (AVX-512 or AVX2), the last one alone.
+template <bool BF16, int R, bool W512>
+void multi_rows(float* acc, int64_t lda, const float* coef, int64_t ldc, const uint8_t* w,
+                int64_t ks, int64_t K, int64_t n) {
+  if constexpr (W512)
+    gemv_multi_rows_avx512<BF16, R>(acc, lda, coef, ldc, w, ks, K, n);
+  else
+    gemv_multi_rows_avx2<BF16, R>(acc, lda, coef, ldc, w, ks, K, n);
+}
+template <bool BF16, bool W512>
+void gemv_rows_many(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t K, int64_t n) {
   int64_t r = 0;
   for (; r + 8 <= rows; r += 8)
-    gemv_multi_rows_avx512<BF16, 8>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+    multi_rows<BF16, 8, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
   for (; r + 4 <= rows; r += 4)
-    gemv_multi_rows_avx512<BF16, 4>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+    multi_rows<BF16, 4, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
   for (; r + 2 <= rows; r += 2)
-    gemv_multi_rows_avx512<BF16, 2>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+    multi_rows<BF16, 2, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
   for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
 }
 #pragma GCC diagnostic pop
@@ -530,10 +526,10 @@ void gemv_rows(float* acc, int64_t lda, const float* coef, int64_t rows, const u
 #ifdef NKI_SIMD_AVX2
 #ifdef NKI_SIMD_AVX512
   if (table().avx512 && js == (BF16 ? 2 : 4) && rows > 1)
-    return gemv_rows_many_avx512<BF16>(acc, lda, coef, rows, w, ks, K, n);
+    return gemv_rows_many<BF16, true>(acc, lda, coef, rows, w, ks, K, n);
 #endif
   if (table().avx2 && js == (BF16 ? 2 : 4) && rows > 1)
-    return gemv_rows_many_avx2<BF16>(acc, lda, coef, rows, w, ks, K, n);
+    return gemv_rows_many<BF16, false>(acc, lda, coef, rows, w, ks, K, n);
 #endif
   for (int64_t r = 0; r < rows; ++r)
     (BF16 ? gemv_bf16 : gemv_f32)(acc + r * lda, coef + r * K, w, ks, js, K, n);

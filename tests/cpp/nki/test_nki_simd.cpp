@@ -204,7 +204,8 @@ TEST(NkiSimd, GemvThenIsBitIdenticalToGemv) {
       for (const uint8_t* next : {static_cast<const uint8_t*>(nullptr), w8 + K * 2, o8, o8 + 6}) {
         std::vector<float> got(static_cast<size_t>(n + 1), -7.0f);
         simd::gemv_bf16_then(got.data(), coef.data(), w8, row * 2, K, n, next);
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[j], ref[j]) << "n=" << n << " K=" << K << " j=" << j;
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(got[j], ref[j]) << "n=" << n << " K=" << K << " j=" << j;
         ASSERT_EQ(got[n], -7.0f);
       }
     }
