@@ -146,8 +146,18 @@ struct ThinMatmul {
            K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
            a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
   }
+  // Whether columns() of this matmul can prefetch the weights of `t`'s columns while it runs
+  // (simd::gemv_bf16_then): one coefficient row each against column-contiguous bf16 weights
+  // with the same row stride and K.
+  bool prefetches_for(const ThinMatmul& t) const {
+    const View &a = wide(), &b = t.wide();
+    return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
+           a.stride[0] == 2 && b.stride[0] == 2 && a.stride[1] == b.stride[1] && K == t.K;
+  }
 
-  void columns(float* A, int64_t j0, int64_t j1) const {
+  // Columns [j0, j1) into A; `next_w` (from prefetches_for) is the first column's weights of the
+  // GEMV this thread runs next, prefetched meanwhile.
+  void columns(float* A, int64_t j0, int64_t j1, const uint8_t* next_w = nullptr) const {
     const View& thin = thin_moving ? m : s;
     const View& wide = thin_moving ? s : m;
     Scratch& sc = scratch();
@@ -155,7 +165,9 @@ struct ThinMatmul {
     const uint8_t* w = wide.base + j0 * wide.stride[1];
     for (int64_t r = 0; r < rows; ++r)
       load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef + r * K);
-    if (wide.dtype == DT::BFloat16)
+    if (next_w)
+      simd::gemv_bf16_then(A + j0, coef, w, wide.stride[1], K, j1 - j0, next_w);
+    else if (wide.dtype == DT::BFloat16)
       simd::gemv_rows_bf16(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
     else
       simd::gemv_rows_f32(A + j0, width, coef, rows, w, wide.stride[0], wide.stride[1], K, j1 - j0);
@@ -296,14 +308,25 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   // its share to the others instead of holding up the run with a fixed half.
   std::atomic<int64_t> claim{0};
   const auto n_items = static_cast<int64_t>(items.size());
-  rt::parallel_for(0, std::min<int64_t>(n_items, rt::num_threads()), 1, [&](int64_t, int64_t) {
+  const int64_t workers =
+      std::min<int64_t>(n_items, rt::in_parallel_region() ? 1 : rt::num_threads());
+  // The item a thread most likely runs after item k (items are claimed in order), whose weights
+  // it prefetches while running k: the first of every projection's chain is not cold then.
+  auto next_weights = [&](int64_t k) -> const uint8_t* {
+    if (k + workers >= n_items) return nullptr;
+    const Item &it = items[static_cast<size_t>(k)], &nx = items[static_cast<size_t>(k + workers)];
+    const ThinMatmul &t = mm[static_cast<size_t>(it.i)], &u = mm[static_cast<size_t>(nx.i)];
+    if (it.L > 1 || nx.L > 1 || !t.prefetches_for(u)) return nullptr;
+    return u.wide().base + nx.j0 * u.wide().stride[1];
+  };
+  rt::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     for (int64_t k; (k = claim.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
       const Item& it = items[static_cast<size_t>(k)];
       const auto i = static_cast<size_t>(it.i);
       if (it.L > 1)
         chain_columns(&mm[i], it.L, &A[i], it.j0, it.j1);
       else
-        mm[i].columns(A[i], it.j0, it.j1);
+        mm[i].columns(A[i], it.j0, it.j1, next_weights(k));
     }
   });
   size_t next = 0;

@@ -181,19 +181,6 @@ __attribute__((target("avx2,fma"))) void gemv_multi_rows_avx2(float* acc, int64_
     gemv_cols_scalar_fma<BF16>(acc + r * lda, coef + r * ldc, w, ks, es, K, j, n);
 }
 
-template <bool BF16>
-void gemv_rows_many_avx2(float* acc, int64_t lda, const float* coef, int64_t rows,
-                         const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
-  int64_t r = 0;
-  for (; r + 8 <= rows; r += 8)
-    gemv_multi_rows_avx2<BF16, 8>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r + 4 <= rows; r += 4)
-    gemv_multi_rows_avx2<BF16, 4>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r + 2 <= rows; r += 2)
-    gemv_multi_rows_avx2<BF16, 2>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
-  for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
-}
-
 void gemv_bf16_avx2(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64_t js,
                     int64_t K, int64_t n) {
   if (js == 2)
@@ -303,22 +290,28 @@ NKI_AVX512 void gemv_colsT_lanes512(const Lane* lane, int64_t js, int64_t K, int
 // Columns j .. j + 16 B of one GEMV. Thin matmuls over a weight read in place come in chains
 // over consecutive k ranges of the same columns (a projection's 128-row chunks), so while a
 // block runs, the same rows' next K values are prefetched for the next matmul of the chain.
+// `next` is the byte offset from each column's weights to what the next GEMV reads of the same
+// column position (by default the same rows' next K values).
 template <int B>
 NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t* w, int64_t js,
-                                    int64_t K, int64_t j) {
+                                    int64_t K, int64_t j, int64_t next) {
   Lane lane[B];
   for (int b = 0; b < B; ++b) lane[b] = {acc + j + b * 16, coef, w + (j + b * 16) * js};
-  gemv_colsT_lanes512<B>(lane, js, K, K * 2);
+  gemv_colsT_lanes512<B>(lane, js, K, next);
 }
 
 NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
-                                       int64_t js, int64_t K, int64_t n) {
+                                       int64_t js, int64_t K, int64_t n, int64_t next) {
   int64_t j = 0;
   if (K >= 32) {
-    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j);
-    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j);
+    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j, next);
+    for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j, next);
   }
   if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
+}
+NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
+                                       int64_t js, int64_t K, int64_t n) {
+  gemv_colsT_bf16_avx512(acc, coef, w, js, K, n, K * 2);
 }
 // A chain of GEMVs over the same columns (one layout, any bases): column block by column block
 // across every member, four members' accumulators at a time, so the weights of a column block
@@ -344,6 +337,73 @@ NKI_AVX512 void gemv_chain_colsT_bf16_avx512(float* const* acc, const float* con
   }
   if (j < n)
     for (int64_t l = 0; l < L; ++l) gemv_colsT_bf16_avx2(acc[l] + j, coef[l], w[l] + j * js, js, K, n - j);
+}
+// AVX-512 version of gemv_multi_rows_avx2 (16 columns per pass, the 8-column and scalar tails
+// by the AVX2 one): the same chain of FMAs per (row, column), so the same bits.
+template <bool BF16>
+NKI_AVX512 inline __m512 load16(const uint8_t* p) {
+  if constexpr (BF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  else
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+// V vectors of 16 columns per pass: the rows of w are often far apart (SBUF partitions, each
+// its own page), so each k step uses as much of the lines it touches as the registers allow.
+template <bool BF16, int R, int V>
+NKI_AVX512 void gemv_multi_rows_pass512(float* acc, int64_t lda, const float* coef, int64_t ldc,
+                                        const uint8_t* w, int64_t ks, int64_t K) {
+  constexpr int64_t es = BF16 ? 2 : 4;
+  __m512 a[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) a[r][v] = _mm512_setzero_ps();
+  const uint8_t* p = w;
+  for (int64_t k = 0; k < K; ++k, p += ks) {
+    __m512 x[V];
+    for (int v = 0; v < V; ++v) x[v] = load16<BF16>(p + v * 16 * es);
+    for (int r = 0; r < R; ++r) {
+      const __m512 c = _mm512_set1_ps(coef[r * ldc + k]);
+      for (int v = 0; v < V; ++v) a[r][v] = _mm512_fmadd_ps(c, x[v], a[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(acc + r * lda + v * 16, a[r][v]);
+}
+
+template <bool BF16, int R>
+NKI_AVX512 void gemv_multi_rows_avx512(float* acc, int64_t lda, const float* coef, int64_t ldc,
+                                       const uint8_t* w, int64_t ks, int64_t K, int64_t n) {
+  constexpr int64_t es = BF16 ? 2 : 4;
+  constexpr int V = R <= 4 ? 4 : 2;  // R x V accumulators fit the 32 registers with the loads
+  int64_t j = 0;
+  for (; j + 16 * V <= n; j += 16 * V)
+    gemv_multi_rows_pass512<BF16, R, V>(acc + j, lda, coef, ldc, w + j * es, ks, K);
+  for (; j + 16 <= n; j += 16)
+    gemv_multi_rows_pass512<BF16, R, 1>(acc + j, lda, coef, ldc, w + j * es, ks, K);
+  if (j < n) gemv_multi_rows_avx2<BF16, R>(acc + j, lda, coef, ldc, w + j * es, ks, K, n - j);
+}
+
+// Rows in groups of 8, 4 and 2 through the multi-row kernel (AVX-512 or AVX2), the last one alone.
+template <bool BF16, int R, bool W512>
+void multi_rows(float* acc, int64_t lda, const float* coef, int64_t ldc, const uint8_t* w,
+                int64_t ks, int64_t K, int64_t n) {
+  if constexpr (W512)
+    gemv_multi_rows_avx512<BF16, R>(acc, lda, coef, ldc, w, ks, K, n);
+  else
+    gemv_multi_rows_avx2<BF16, R>(acc, lda, coef, ldc, w, ks, K, n);
+}
+template <bool BF16, bool W512>
+void gemv_rows_many(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
+                    int64_t ks, int64_t K, int64_t n) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8)
+    multi_rows<BF16, 8, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 4 <= rows; r += 4)
+    multi_rows<BF16, 4, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r + 2 <= rows; r += 2)
+    multi_rows<BF16, 2, W512>(acc + r * lda, lda, coef + r * K, K, w, ks, K, n);
+  for (; r < rows; ++r) gemv_rows_avx2<BF16>(acc + r * lda, coef + r * K, w, ks, K, n);
 }
 #pragma GCC diagnostic pop
 
@@ -438,6 +498,16 @@ bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K) {
 #endif
 }
 
+void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js, int64_t K,
+                    int64_t n, const uint8_t* next_w) {
+#ifdef NKI_SIMD_AVX512
+  if (table().avx512 && js != 2 && next_w)
+    return gemv_colsT_bf16_avx512(acc, coef, w, js, K, n, next_w - w);
+#endif
+  (void)next_w;
+  gemv_bf16(acc, coef, w, 2, js, K, n);
+}
+
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
                      int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n) {
 #ifdef NKI_SIMD_AVX512
@@ -454,8 +524,12 @@ template <bool BF16>
 void gemv_rows(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
                int64_t ks, int64_t js, int64_t K, int64_t n) {
 #ifdef NKI_SIMD_AVX2
+#ifdef NKI_SIMD_AVX512
+  if (table().avx512 && js == (BF16 ? 2 : 4) && rows > 1)
+    return gemv_rows_many<BF16, true>(acc, lda, coef, rows, w, ks, K, n);
+#endif
   if (table().avx2 && js == (BF16 ? 2 : 4) && rows > 1)
-    return gemv_rows_many_avx2<BF16>(acc, lda, coef, rows, w, ks, K, n);
+    return gemv_rows_many<BF16, false>(acc, lda, coef, rows, w, ks, K, n);
 #endif
   for (int64_t r = 0; r < rows; ++r)
     (BF16 ? gemv_bf16 : gemv_f32)(acc + r * lda, coef + r * K, w, ks, js, K, n);

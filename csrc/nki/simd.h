@@ -30,6 +30,12 @@ void gemv_rows_bf16(float* acc, int64_t lda, const float* coef, int64_t rows, co
 void gemv_rows_f32(float* acc, int64_t lda, const float* coef, int64_t rows, const uint8_t* w,
                    int64_t ks, int64_t js, int64_t K, int64_t n);
 
+// gemv_bf16 over column-contiguous w (ks = 2), prefetching into L2, while it runs, the same
+// columns' weights of the GEMV that runs next on this thread (`next_w`: its w, with the same
+// js, K and n; nullptr: the same rows' next K values, as gemv_bf16 does). Same bits as gemv_bf16.
+void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js, int64_t K,
+                    int64_t n, const uint8_t* next_w);
+
 // A chain of L GEMVs with one layout over different weights (the matmuls of one projection over
 // consecutive k ranges): for each l exactly gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n), with
 // the column-contiguous AVX-512 path computing a column block for every member before the next

@@ -113,7 +113,7 @@ TEST(NkiSimd, MultiRowGemvIsBitIdenticalToOneRowAtATime) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (int64_t rows : {1, 2, 3, 5, 8, 11, 16}) {
-    for (int64_t n : {1, 7, 8, 20, 64, 130}) {
+    for (int64_t n : {1, 7, 8, 16, 20, 40, 64, 130}) {
       const int64_t K = 37, np = n + 3;
       std::vector<float> coef(static_cast<size_t>(rows * K)), wf(static_cast<size_t>(K * np));
       for (auto& c : coef) c = nd(rng);
@@ -178,6 +178,35 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
             ASSERT_EQ(acc[l][n], -7.0f);  // nothing written past the member's columns
           }
         }
+      }
+    }
+  }
+}
+
+// A GEMV that prefetches the next GEMV's weights (the next item of a matmul run) gives the bits
+// of the plain one: every column count (64- and 16-column blocks, the tail), k tail, and next
+// weights elsewhere in the same matrix, in another buffer or none.
+TEST(NkiSimd, GemvThenIsBitIdenticalToGemv) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  for (int64_t n : {7, 16, 64, 100, 128}) {
+    for (int64_t K : {8, 32, 45, 128}) {
+      const int64_t row = 4 * K + 3;  // [n, row] bf16, read transposed: ks = 2, js = row * 2
+      std::vector<uint16_t> w(static_cast<size_t>(n * row)), other(static_cast<size_t>(n * row));
+      for (auto& v : w) v = to_bf16(nd(rng));
+      for (auto& v : other) v = to_bf16(nd(rng));
+      std::vector<float> coef(static_cast<size_t>(K));
+      for (auto& c : coef) c = nd(rng);
+      const auto* w8 = reinterpret_cast<const uint8_t*>(w.data());
+      const auto* o8 = reinterpret_cast<const uint8_t*>(other.data());
+      std::vector<float> ref(static_cast<size_t>(n));
+      simd::gemv_bf16(ref.data(), coef.data(), w8, 2, row * 2, K, n);
+      for (const uint8_t* next : {static_cast<const uint8_t*>(nullptr), w8 + K * 2, o8, o8 + 6}) {
+        std::vector<float> got(static_cast<size_t>(n + 1), -7.0f);
+        simd::gemv_bf16_then(got.data(), coef.data(), w8, row * 2, K, n, next);
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(got[j], ref[j]) << "n=" << n << " K=" << K << " j=" << j;
+        ASSERT_EQ(got[n], -7.0f);
       }
     }
   }
