@@ -433,8 +433,7 @@ struct Table {
       gemv_bf16 = gemv_bf16_avx2;
       gemv_f32 = gemv_f32_avx2;
       avx2 = true;
-      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq")) {
+      if (cpu_has_avx512()) {
         gemv_bf16 = gemv_bf16_avx512;
         avx512 = true;
       }
@@ -549,5 +548,13 @@ void axpy_f32(float* y, float a, const float* x, int64_t n) { table().f32(y, a, 
 void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n) { table().bf16(y, a, x, n); }
 bool using_avx2() { return table().avx2; }
 bool using_avx512() { return table().avx512; }
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
 
 }  // namespace neuron::nki::simd

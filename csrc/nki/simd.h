@@ -57,5 +57,8 @@ void axpy_bf16_portable(float* y, float a, const uint16_t* x, int64_t n);
 // GEMV (on CPUs with AVX-512 F/BW/DQ, when the AVX2 versions are in use).
 bool using_avx2();
 bool using_avx512();
+// Whether this CPU runs AVX-512 F/BW/DQ code (the one check behind every AVX-512 path of the
+// NKI engine; each path also honours kernels::simd_level()).
+bool cpu_has_avx512();
 
 }  // namespace neuron::nki::simd

@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/simd.h"
+#include "simd.h"
 
 namespace neuron::nki::simd {
 
@@ -159,12 +160,7 @@ NKI_MM_AVX512 void matmul_avx512(float* C, int64_t ldc, const MatmulOperand& A,
 #endif
 
 bool detect_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return kernels::simd_level() != kernels::SimdLevel::Portable &&
-         __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
+  return kernels::simd_level() != kernels::SimdLevel::Portable && cpu_has_avx512();
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/simd.h"
+#include "nki/simd.h"
 #include "nki/simd_matmul.h"
 
 namespace simd = neuron::nki::simd;
@@ -170,5 +171,5 @@ TEST(NkiSimd, MatmulTileFollowsTheSimdLevel) {
   EXPECT_FALSE(simd::matmul_uses_avx512());
   kernels::set_simd_level(saved);
   EXPECT_EQ(simd::matmul_uses_avx512(),
-            saved != kernels::SimdLevel::Portable && __builtin_cpu_supports("avx512f"));
+            saved != kernels::SimdLevel::Portable && simd::cpu_has_avx512());
 }
