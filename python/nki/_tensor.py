@@ -508,6 +508,7 @@ class NkiTensor:
         pdim = self._nblock if self.on_chip else 0
         nblock = 0
         d = 0
+        dropped = None
         for item in idx:
             if d < pdim and item is not None and not isinstance(item, int):
                 nblock += 1
@@ -530,6 +531,8 @@ class NkiTensor:
                 if self.on_chip and d == pdim:
                     shape.append(1)
                     steps.append(st)
+                elif self.on_chip and d > pdim:
+                    dropped = st
             elif isinstance(item, slice):
                 start, stop, step = item.start, item.stop, item.step
                 step = 1 if step is None else step
@@ -567,6 +570,11 @@ class NkiTensor:
             else:
                 raise IndexError(f"unsupported index {item!r}")
             d += 1
+        if dropped is not None and len(shape) == nblock + 1:
+            # An on-chip tile keeps a free dimension: t[:, i] of a [P, F] tile is [P, 1] (the
+            # older releases' tiles are 2-D at least; the partition dimension alone is no tile).
+            shape.append(1)
+            steps.append(dropped)
         return NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
 
     def _index_by_tile(self, idx) -> NkiTensor:

@@ -257,7 +257,10 @@ def _masked(fn, kw: dict, mask, tensors):
         if mask:
             return fn(**kw)
         with _tracer.suppressed():  # masked off at compile time: the tile is allocated, not written
-            return fn(**kw)
+            ret = fn(**kw)
+        if isinstance(ret, NkiTensor):
+            ret._mask = False  # assigning it writes nothing either
+        return ret
     if not isinstance(mask, Mask):
         raise TypeError(f"nki.isa.{fn.__name__}: mask must be a bool or an index-grid predicate, got {mask!r}")
     ret = None
@@ -269,7 +272,10 @@ def _masked(fn, kw: dict, mask, tensors):
     names = ["dst"] + [t for t in tensors if isinstance(kw.get(t), NkiTensor) and kw[t].shape == dst.shape]
     r = nl._apply_mask(mask, *[kw[n] for n in names])
     if r is None:
-        return ret if ret is not None else NkiInstruction(_tracer.current().program.size() - 1)
+        if ret is None:
+            return NkiInstruction(_tracer.current().program.size() - 1)
+        ret._mask = False
+        return ret
     kw.update(zip(names, r))
     res = fn(**kw)
     if ret is not None:
@@ -991,18 +997,55 @@ def affine_select(
 ):
     """GpSimd: dst = cmp_op(affine_value, 0) ? on_true_tile : on_false_value, where
     affine_value = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
-    if isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask):  # old style
+    mask = kwargs.pop("mask", None)
+    old = isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask)
+    if old:
         m = pred if pred is not None else (pattern if isinstance(pattern, Mask) else dst)
         if len(m.preds) != 1:
             raise ValueError("affine_select: the old-style predicate must be a single comparison")
         expr, op = m.preds[0]
         src = on_true_tile
-        pattern, channel_multiplier, offset = _expr_pattern(expr, src.ndim)
+        pattern, channel_multiplier, offset = _expr_pattern(expr, src.ndim, src.shape)
         cmp_op = nl.__dict__[_CMP_NAMES[op]]
         dst = None
+    elif mask is not None:
+        raise TypeError("affine_select: mask= belongs to the older call affine_select(pred, on_true_tile, ...)")
     if on_true_tile is None:
         raise TypeError("affine_select: on_true_tile is required")
     dst, alloc = _dst(dst, on_true_tile.shape, dtype or on_true_tile.dtype)
+    if old:
+        if isinstance(mask, bool) and not mask:  # masked off at compile time: allocated, not written
+            dst._mask = False
+            return dst
+        if mask is not None and not isinstance(mask, bool):
+            # The mask restricts the tiles to a sub-range; the predicate keeps its grid indices:
+            # the sub-range's origin moves into the offset and its extents into the pattern.
+            ranges = mask.axis_ranges()
+            r = nl._apply_mask(mask, dst, on_true_tile)
+            if r is None:
+                dst._mask = False
+                return dst
+            out, on_true_tile = r
+            if on_true_tile.buffer == nl.psum:
+                on_true_tile = nl._as_sbuf(on_true_tile)
+            for axis, (lo, hi) in ranges.items():
+                if axis == 0:
+                    offset += lo * channel_multiplier
+                else:
+                    offset += lo * pattern[axis - 1][0]
+                    pattern[axis - 1][1] = hi - lo + 1
+            _affine_select_emit(out, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)
+            dst._mask = mask
+            return dst
+        if on_true_tile.buffer == nl.psum:
+            # The older compiler legalized a PSUM operand (the GpSimd Engine reads SBUF only)
+            # with a copy to SBUF on the Vector Engine; the newer call requires SBUF (checked).
+            on_true_tile = nl._as_sbuf(on_true_tile)
+    _affine_select_emit(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)
+    return _result(dst, alloc)
+
+
+def _affine_select_emit(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset):
     cmp = _alu(cmp_op if cmp_op is not None else nl.equal, "cmp_op")
     attrs = _pattern_attrs(pattern)
     attrs.update(
@@ -1012,7 +1055,6 @@ def affine_select(
         on_false_value=float(on_false_value),
     )
     emit("AffineSelect", "gpsimd", {"dst": dst, "on_true_tile": on_true_tile}, attrs)
-    return _result(dst, alloc)
 
 
 @_old_style(tensors=("predicate", "on_true"))

@@ -1059,6 +1059,8 @@ def _assign(dst: NkiTensor, value) -> None:
         return
     if value is dst or (value._mask is None and value._same_access(dst)):  # t[0] += x; t[0] = t[0]
         return
+    if value._mask is False:  # an old-style result masked off at compile time: nothing assigned
+        return
     if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
         r = _apply_mask(value._mask, dst, value)
         if r is None:
