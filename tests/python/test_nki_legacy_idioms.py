@@ -168,3 +168,75 @@ def test_hbm_rows_indexed_by_a_tile_of_indices():
     want = np.zeros_like(data)
     want[idx] = data[idx]
     np.testing.assert_array_equal(back, want)
+
+
+@nki.jit
+def causal_scores(q_t, k_t, upper_rows: int):
+    """Scores q_t.T @ k_t left in PSUM, causally masked by the old-style affine_select straight
+    from PSUM (the older compiler moved the tile to SBUF for the GpSimd Engine); with a mask=
+    restricting the select to the first `upper_rows` rows (the rest keep the plain scores), and
+    a second select masked off at trace time (it must write nothing)."""
+    n = q_t.shape[1]
+    out = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray((nl.par_dim(n), n), dtype=nl.float32, buffer=nl.psum)
+    s[...] = nl.matmul(nl.load(q_t), nl.load(k_t), transpose_x=True)
+    i_p, i_f = nl.mgrid[0:n, 0:n]
+    res = nl.ndarray((nl.par_dim(n), n), dtype=nl.float32, buffer=nl.sbuf)
+    res[...] = nl.copy(s)
+    res[...] = nisa.affine_select(pred=(i_p + 3 >= i_f), on_true_tile=s, on_false_value=-1e4,
+                                  dtype=nl.float32, mask=(i_p < upper_rows))
+    res[...] = nisa.affine_select(pred=(i_p >= i_f), on_true_tile=s, on_false_value=7.0,
+                                  dtype=nl.float32, mask=upper_rows < 0)
+    nl.store(out, res)
+    return out
+
+
+@pytest.mark.parametrize("upper_rows", [128, 40])
+def test_old_affine_select_reads_psum_and_honours_mask(upper_rows):
+    rng = np.random.default_rng(1)
+    q_t = rng.standard_normal((64, 128)).astype(np.float32)
+    k_t = rng.standard_normal((64, 128)).astype(np.float32)
+    got = simulate_kernel(causal_scores, q_t, k_t, upper_rows)
+    s = q_t.T @ k_t
+    p, f = np.mgrid[0:128, 0:128]
+    want = np.where((p + 3 >= f) | (p >= upper_rows), s, np.float32(-1e4))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)  # fp32 matmul, summation order
+
+
+@nki.jit
+def new_affine_select_psum(x):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+    nisa.tensor_copy(dst=s, src=nl.load(x))
+    d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(dst=d, pattern=[[-1, x.shape[1]]], channel_multiplier=1, on_true_tile=s,
+                       on_false_value=0.0, cmp_op=nl.greater_equal)
+    nl.store(out, d)
+    return out
+
+
+def test_new_affine_select_still_requires_sbuf():
+    x = np.ones((8, 8), np.float32)
+    with pytest.raises(NkiValidationError, match="GpSimd Engine cannot access"):
+        simulate_kernel(new_affine_select_psum, x)
+
+
+@nki.jit
+def column_stats(x):
+    """t[:, j] of an on-chip [P, F] tile is a [P, 1] tile (older releases' tiles are 2-D), so a
+    column can be indexed again with [:, 0]."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    acc = nl.ndarray((nl.par_dim(p), f), dtype=x.dtype, buffer=nl.sbuf)
+    for j in nl.affine_range(f):
+        col = t[:, j]
+        assert tuple(col.shape) == (p, 1)
+        acc[:, j] = nl.multiply(col[:, 0], 2.0)
+    nl.store(out, acc)
+    return out
+
+
+def test_int_index_of_tile_free_dim_keeps_a_column():
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(simulate_kernel(column_stats, x), 2 * x)
