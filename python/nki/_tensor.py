@@ -571,6 +571,7 @@ class NkiTensor:
         nblock = 0
         d = 0
         dropped = None
+        beyond = []
         for item in idx:
             if d < pdim and item is not None and not isinstance(item, int):
                 nblock += 1
@@ -602,11 +603,16 @@ class NkiTensor:
                     raise IndexError("slice steps must be positive")
                 start = 0 if start is None else (start + n if start < 0 else start)
                 stop = n if stop is None else (stop + n if stop < 0 else stop)
-                if not (0 <= start < n) or stop > n or stop <= start:
+                cnt = len(range(start, stop, step))
+                if 0 <= start < n < stop and self._bounds is None:
+                    # Past the end: the older releases let a mask= of the instruction clip it
+                    # (nl.load(a[256:384], mask=i_p + 256 < 288)); checked when used, as an
+                    # index grid's range is.
+                    beyond.append((start, step, cnt, n, d, len(shape)))
+                elif not (0 <= start < n) or stop > n or stop <= start:
                     raise IndexError(
                         f"slice {start}:{stop} is out of bounds or empty for dimension {d} of size {n} (shape {self.shape})"
                     )
-                cnt = len(range(start, stop, step))
                 off += start * st
                 shape.append(cnt)
                 steps.append(st * step)
@@ -637,7 +643,13 @@ class NkiTensor:
             # older releases' tiles are 2-D at least; the partition dimension alone is no tile).
             shape.append(1)
             steps.append(dropped)
-        return NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
+        t = NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
+        if beyond:
+            t._bounds = [
+                (IndexExpr({_Var(cnt, axis, len(shape)): step}, start), n, d)
+                for start, step, cnt, n, d, axis in beyond
+            ]
+        return t
 
     def _mod_block(self, idx) -> NkiTensor:
         """Indexing a modulo-allocated block tensor: the block indices (ints) pick the block's

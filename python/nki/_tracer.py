@@ -328,7 +328,7 @@ def emit(
         if k is None:
             raise TypeError(f"{info.api} has no operand {name!r} (operands: {sorted(info.operands)})")
         aps[k] = None if v is None else v._ap()
-        if v is not None and v._b.mod is not None:
+        if v is not None and getattr(getattr(v, "_b", None), "mod", None) is not None:
             shared.append((name, v))
     if shared:
         _check_mod_slots(tr, info, shared, attrs or {}, api_name)

@@ -302,6 +302,10 @@ def dma_copy(
     Differing dtypes are converted through fp32."""
     if src is None:
         raise TypeError("dma_copy: src is required")
+    mask = kwargs.pop("mask", None)
+    if mask is not None:  # the older releases' mask= (a bool or an index-grid predicate)
+        kw = dict(dst=dst, src=src, oob_mode=oob_mode, dge_mode=dge_mode, **kwargs)
+        return _masked(dma_copy, kw, mask, ("src",))
     if getattr(src, "_vec", None) is not None or getattr(dst, "_vec", None) is not None:
         if dst is None:
             raise TypeError("dma_copy: an indirect (vector_offset) copy needs dst=")

@@ -240,3 +240,37 @@ def column_stats(x):
 def test_int_index_of_tile_free_dim_keeps_a_column():
     x = np.arange(32, dtype=np.float32).reshape(8, 4)
     np.testing.assert_array_equal(simulate_kernel(column_stats, x), 2 * x)
+
+
+@nki.jit
+def rows_in_tiles(a):
+    """Copies a [R, F] tensor through 128-row SBUF tiles; the last tile's slice runs past the
+    end of `a` and the mask= of the copies clips it (the older releases' idiom)."""
+    r, f = a.shape
+    out = nl.ndarray((r, f), dtype=a.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range((r + 127) // 128):
+        i_p = nl.arange(128)[:, None] + t * 128
+        buf = nl.ndarray((nl.par_dim(128), f), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=buf, src=a[t * 128:(t + 1) * 128, :], mask=(i_p < r))
+        nisa.dma_copy(dst=out[t * 128:(t + 1) * 128, :], src=buf, mask=(i_p < r))
+    return out
+
+
+def test_slice_past_the_end_clipped_by_the_mask():
+    a = np.random.default_rng(2).standard_normal((300, 40)).astype(np.float32)
+    np.testing.assert_array_equal(simulate_kernel(rows_in_tiles, a), a)
+
+
+@nki.jit
+def rows_past_the_end_unmasked(a):
+    buf = nl.ndarray((nl.par_dim(128), a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=buf, src=a[128:256, :])
+    out = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, buf)
+    return out
+
+
+def test_slice_past_the_end_without_mask_raises():
+    a = np.zeros((200, 8), np.float32)
+    with pytest.raises(IndexError, match=r"covers 128\.\.255 on dimension 0 of size 200"):
+        simulate_kernel(rows_past_the_end_unmasked, a)
