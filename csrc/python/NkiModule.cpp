@@ -40,6 +40,13 @@ void translate_nki_error(const nki::NkiError& e) {
   }
   py::object cls;
   try {
+    if (e.kind() == "index") {  // an index outside a tensor: an IndexError, as in the simulator
+      py::object inst = py::module_::import("nki._errors")
+                            .attr("index_error")(e.message(), e.what(), e.instruction(),
+                                                 e.location(), e.rule());
+      PyErr_SetObject(PyExc_IndexError, inst.ptr());
+      return;
+    }
     cls = py::module_::import("nki._errors").attr("NkiValidationError");
   } catch (py::error_already_set&) {
     PyErr_Clear();
