@@ -306,6 +306,15 @@ def dma_copy(
     if mask is not None:  # the older releases' mask= (a bool or an index-grid predicate)
         kw = dict(dst=dst, src=src, oob_mode=oob_mode, dge_mode=dge_mode, **kwargs)
         return _masked(dma_copy, kw, mask, ("src",))
+    rmw = kwargs.pop("dst_rmw_op", None)
+    if rmw is not None:  # the older releases' read-modify-write store: dst = dst + src
+        if dst is None:
+            raise TypeError("dma_copy: dst_rmw_op= needs dst=")
+        if _alu(rmw, "dst_rmw_op") != _tracer.alu_code("add"):
+            raise NkiValidationError(
+                f"nki.isa.dma_copy: dst_rmw_op={rmw!r} [rule: the DMA engines read-modify-write with add only]"
+            )
+        return dma_compute(dst=dst, srcs=[dst, src], reduce_op=nl.add, oob_mode=oob_mode)
     if getattr(src, "_vec", None) is not None or getattr(dst, "_vec", None) is not None:
         if dst is None:
             raise TypeError("dma_copy: an indirect (vector_offset) copy needs dst=")

@@ -274,3 +274,41 @@ def test_slice_past_the_end_without_mask_raises():
     a = np.zeros((200, 8), np.float32)
     with pytest.raises(IndexError, match=r"covers 128\.\.255 on dimension 0 of size 200"):
         simulate_kernel(rows_past_the_end_unmasked, a)
+
+
+@nki.jit
+def add_rows_into(base, rows, where):
+    """out = base; out[where[i]] += rows[i] through dma_copy(dst_rmw_op=np.add) (a scatter-add
+    of the older releases), then out[0:8] += rows[0:8] directly."""
+    n, f = rows.shape
+    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(base))
+    idx = nl.load(where)
+    i_f = nl.arange(f)[None, :]
+    r = nl.load(rows)
+    nisa.dma_copy(dst=out[idx, i_f], src=r, dst_rmw_op=np.add)
+    nisa.dma_copy(dst=out[0:8, :], src=r[0:8, :], dst_rmw_op=np.add)
+    return out
+
+
+def test_dma_copy_dst_rmw_op_adds_into_dst():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((40, 24)).astype(np.float32)
+    rows = rng.standard_normal((16, 24)).astype(np.float32)
+    where = rng.permutation(40)[:16].astype(np.int32).reshape(16, 1)
+    want = base.copy()
+    want[where[:, 0]] += rows
+    want[0:8] += rows[0:8]
+    np.testing.assert_allclose(simulate_kernel(add_rows_into, base, rows, where), want, rtol=1e-6, atol=1e-6)
+
+
+def test_dma_copy_dst_rmw_op_other_than_add_is_refused():
+    @nki.jit
+    def mul_into(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        nisa.dma_copy(dst=out, src=nl.load(a), dst_rmw_op=np.multiply)
+        return out
+
+    with pytest.raises(NkiValidationError, match="add only"):
+        simulate_kernel(mul_into, np.ones((4, 4), np.float32))
