@@ -551,6 +551,20 @@ def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pr
 # Tensor Engine
 
 
+# perf_mode spelled as a string: the real enum's values, and the older releases' name of the
+# NeuronCore-v3 double-row FP8 mode.
+_PERF_MODES = {"none": matmul_perf_mode.none, "double_row": matmul_perf_mode.double_row,
+               "double_row_gen3": matmul_perf_mode.double_row}
+
+
+def _perf_mode(m) -> matmul_perf_mode:
+    if isinstance(m, str):
+        if m not in _PERF_MODES:
+            raise ValueError(f"nc_matmul: perf_mode={m!r}; one of {sorted(_PERF_MODES)} or nisa.matmul_perf_mode")
+        return _PERF_MODES[m]
+    return matmul_perf_mode(int(m))
+
+
 @_old_style("stationary", "moving", tensors=("stationary", "moving"))
 def nc_matmul(
     dst: NkiTensor = None,
@@ -570,7 +584,7 @@ def nc_matmul(
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
     if stationary is None or moving is None:
         raise TypeError("nc_matmul: stationary and moving are required")
-    double = int(perf_mode) == matmul_perf_mode.double_row
+    double = _perf_mode(perf_mode) == matmul_perf_mode.double_row
     m = (stationary.size // stationary.shape[0]) // (2 if double else 1)
     n = (moving.size // moving.shape[0]) // (2 if double else 1)
     out_dt = (

@@ -312,3 +312,29 @@ def test_dma_copy_dst_rmw_op_other_than_add_is_refused():
 
     with pytest.raises(NkiValidationError, match="add only"):
         simulate_kernel(mul_into, np.ones((4, 4), np.float32))
+
+
+@nki.jit
+def fp8_double_row(a, b, mode):
+    """c = sum over (k, l) of a[k, l, i] * b[k, l, j]: the double-row FP8 matmul, two rows of
+    the contraction packed per partition."""
+    c = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.load(a)
+    bt = nl.load(b)
+    nl.store(c, nisa.nc_matmul(at, bt, perf_mode=mode))
+    return c
+
+
+@pytest.mark.parametrize("mode", ["double_row_gen3", "double_row", nisa.matmul_perf_mode.double_row])
+def test_double_row_perf_mode_names(mode):
+    rng = np.random.default_rng(4)
+    a = rng.integers(-3, 4, (128, 2, 16)).astype(nl.float8_e5m2)
+    b = rng.integers(-3, 4, (128, 2, 64)).astype(nl.float8_e5m2)
+    want = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_array_equal(simulate_kernel(fp8_double_row, a, b, mode), want)  # small ints: exact
+
+
+def test_unknown_perf_mode_string_is_refused():
+    a = np.ones((128, 2, 4), nl.float8_e5m2)
+    with pytest.raises(ValueError, match="perf_mode='double_col'"):
+        simulate_kernel(fp8_double_row, a, a, "double_col")
