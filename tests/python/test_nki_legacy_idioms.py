@@ -338,3 +338,20 @@ def test_unknown_perf_mode_string_is_refused():
     a = np.ones((128, 2, 4), nl.float8_e5m2)
     with pytest.raises(ValueError, match="perf_mode='double_col'"):
         simulate_kernel(fp8_double_row, a, a, "double_col")
+
+
+@nki.jit
+def tile_and_hbm_outputs(x):
+    """Returns (an SBUF tile, an nl.hbm tensor allocated before it): the simulator hands back
+    the tile's final contents; each output keeps its place in the returned tuple."""
+    early = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.hbm)
+    t = nl.multiply(nl.load(x), 3.0)
+    nl.store(early, nl.max(t, axis=1, keepdims=True))
+    return t, early
+
+
+def test_returned_sbuf_tile_and_hbm_tensor_keep_their_order():
+    x = np.random.default_rng(5).standard_normal((16, 32)).astype(np.float32)
+    tile, mx = simulate_kernel(tile_and_hbm_outputs, x)
+    np.testing.assert_array_equal(tile, x * np.float32(3.0))
+    np.testing.assert_array_equal(mx, (x * np.float32(3.0)).max(axis=1, keepdims=True))
