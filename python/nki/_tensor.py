@@ -554,6 +554,9 @@ class NkiTensor:
             idx = (idx,)
         if idx and isinstance(idx[0], NkiTensor) and not self.on_chip:
             return self._index_by_tile(idx)
+        k = next((i for i, x in enumerate(idx) if isinstance(x, NkiTensor)), None)
+        if k and not self.on_chip and all(isinstance(x, int) and not isinstance(x, bool) for x in idx[:k]):
+            return self[idx[:k]][idx[k:]]  # data[b, idx_tile, i_f]: the ints first, then indirect
         if any(isinstance(i, IndexExpr) for i in idx):
             return self._index_grid(idx)
         if isinstance(self._b.mod, _ModAlloc) and self._nblock:
@@ -676,6 +679,14 @@ class NkiTensor:
         )
         rest = idx[k:]
         return tile[rest] if rest else tile
+
+    def _masked_indirect(self, shape, offset, first: int) -> NkiTensor:
+        """An indirect view restricted by a mask: entries ``first .. first + shape[0] - 1``
+        (their indices) and the masked ranges of the other dimensions."""
+        vec, scale = self._vec
+        t = NkiTensor(self._b, tuple(shape), self.dtype, offset, self._steps)
+        t._vec = (vec[first : first + shape[0], :], scale)
+        return t
 
     def _index_by_tile(self, idx) -> NkiTensor:
         """``data[idx_tile[i_p, 0], i_f]`` (older releases): the first dimension of an HBM tensor

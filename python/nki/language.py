@@ -680,6 +680,9 @@ def _apply_mask(mask, *tensors):
                 return None
             off += lo * t.strides[axis]
             shape[axis] = hi - lo + 1
+        if t._vec is not None:  # an indirect view: the mask on its entries selects index entries
+            out.append(t._masked_indirect(shape, off, ranges.get(0, (0, t.shape[0] - 1))[0]))
+            continue
         out.append(t._view(shape, t.strides, offset=off))
     return tuple(out)
 

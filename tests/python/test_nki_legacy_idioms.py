@@ -355,3 +355,26 @@ def test_returned_sbuf_tile_and_hbm_tensor_keep_their_order():
     tile, mx = simulate_kernel(tile_and_hbm_outputs, x)
     np.testing.assert_array_equal(tile, x * np.float32(3.0))
     np.testing.assert_array_equal(mx, (x * np.float32(3.0)).max(axis=1, keepdims=True))
+
+
+@nki.jit
+def gather_pixels(img, where, n_valid: int):
+    """out[b, p] = img[b, where[p]] for p < n_valid: the HBM tensor indexed by an int, then a
+    [P, 1] tile of row indices (a gather), masked to the first n_valid entries."""
+    nb, rows, c = img.shape
+    out = nl.ndarray((nb, 128, c), dtype=img.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(c)[None, :]
+    idx = nl.load(where)
+    for b in nl.affine_range(nb):
+        got = nl.load(img[b, idx, i_f], mask=(i_p < n_valid))
+        nl.store(out[b, i_p, i_f], value=got, mask=(i_p < n_valid))
+    return out
+
+
+def test_int_then_tile_index_gather_with_mask():
+    rng = np.random.default_rng(6)
+    img = rng.standard_normal((2, 50, 8)).astype(np.float32)
+    where = np.concatenate([rng.integers(0, 50, 100), np.full(28, 1000)]).astype(np.int32).reshape(128, 1)
+    got = simulate_kernel(gather_pixels, img, where, 100)  # entries past 100 would be out of bounds
+    np.testing.assert_array_equal(got[:, :100], img[:, where[:100, 0]])
