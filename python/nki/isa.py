@@ -1249,6 +1249,10 @@ def nc_match_replace8(
     error (undefined on the hardware)."""
     if data is None or vals is None:
         raise TypeError("nc_match_replace8(dst=, data=, vals=, imm=) needs data and vals")
+    mask = kwargs.pop("mask", None)
+    if mask is not None:  # the older mask=: it restricts data (and dst, of data's shape)
+        kw = dict(dst=dst, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
+        return _masked(nc_match_replace8, kw, mask, ("data",))
     dst, alloc = _dst(dst, data.shape, data.dtype)
     emit("MatchReplace8", "vector", {"dst": dst, "data": data, "vals": vals, "dst_idx": dst_idx}, {"imm": float(imm)})
     return _result(dst, alloc)
@@ -1316,8 +1320,17 @@ def sequence_bounds(dst: NkiTensor = None, segment_ids: NkiTensor = None, name=N
 
 
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
-    """The 8 largest values of each partition, descending."""
+    """The 8 largest values of each partition, descending (of the masked part of src with the
+    older ``mask=``)."""
+    mask = kwargs.pop("mask", None)
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
+    if mask is not None:
+        r = nl._apply_mask(mask, src)
+        if r is None:
+            return _result(dst, alloc)
+        (src,) = r
+        if src.shape[0] != dst.shape[0]:
+            dst = dst[0 : src.shape[0]]
     emit("Max8", "vector", {"dst": dst, "data": src})
     return _result(dst, alloc)
 
@@ -1532,6 +1545,24 @@ def _unmodeled(name: str, what: str):
 
 for _n, _what in list(_NOT_MODELED.items()) + [(n, "MX (microscaling) arithmetic") for n in _V4_ONLY]:
     globals()[_n] = _unmodeled(_n, _what)
+
+
+def _mask_refused(fn):
+    """The older ``mask=`` on an instruction that does not model it raises (never ignored)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("mask") is not None:
+            raise NotImplementedError(f"nki.isa.{fn.__name__}: mask= is not supported on this instruction")
+        kwargs.pop("mask", None)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+for _n in ("dma_compute", "memset", "iota", "nc_find_index8", "nc_n_gather", "local_gather",
+           "sequence_bounds", "rng", "set_rng_seed", "rand_set_state", "rand_get_state"):
+    globals()[_n] = _mask_refused(globals()[_n])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -378,3 +378,43 @@ def test_int_then_tile_index_gather_with_mask():
     where = np.concatenate([rng.integers(0, 50, 100), np.full(28, 1000)]).astype(np.int32).reshape(128, 1)
     got = simulate_kernel(gather_pixels, img, where, 100)  # entries past 100 would be out of bounds
     np.testing.assert_array_equal(got[:, :100], img[:, where[:100, 0]])
+
+
+@nki.jit
+def top8_of_left_half(x):
+    """max8 and nc_match_replace8 with the older mask= on their data: the left half's columns."""
+    p, f = x.shape
+    vals = nl.ndarray((p, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    rep = nl.ndarray((p, f // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:p, 0:f]
+    t = nl.load(x)
+    m = nisa.max8(src=t[ix, iy], mask=(iy < f // 2))
+    r = nisa.nc_match_replace8(data=t[ix, iy], vals=m, imm=-5.0, mask=(iy < f // 2))
+    nl.store(vals, m)
+    nl.store(rep, r[:, 0:f // 2])
+    return vals, rep
+
+
+def test_max8_and_match_replace8_honour_mask():
+    x = np.random.default_rng(7).permutation(32 * 64).reshape(32, 64).astype(np.float32)
+    vals, rep = simulate_kernel(top8_of_left_half, x)
+    left = x[:, :32]
+    want_vals = -np.sort(-left, axis=1)[:, :8]
+    np.testing.assert_array_equal(vals, want_vals)
+    want_rep = left.copy()
+    want_rep[left >= want_vals[:, 7:8]] = -5.0
+    np.testing.assert_array_equal(rep, want_rep)
+
+
+def test_mask_on_an_instruction_without_it_raises():
+    @nki.jit
+    def masked_memset(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(x.shape[0])[:, None]
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0, mask=(i_p < 2))
+        nl.store(out, t)
+        return out
+
+    with pytest.raises(NotImplementedError, match="memset: mask= is not supported"):
+        simulate_kernel(masked_memset, np.zeros((4, 4), np.float32))
