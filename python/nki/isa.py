@@ -479,6 +479,13 @@ def dma_transpose(
             raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
     if getattr(src, "_vec", None) is not None:
         return _dma_transpose_indirect(dst, src, tuple(axes), oob_mode)
+    if src.on_chip:
+        # An SBUF source (the docs' SB->SB example): our DMA model walks on-chip partitions in
+        # order only, so the tile goes through a kernel-private HBM copy first (the same bits;
+        # costed as two DMAs).
+        scratch = nl.ndarray(src.shape, src.dtype, buffer=nl.private_hbm)
+        dma_copy(dst=scratch, src=src)
+        src = scratch
     view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
     dst, alloc = _dst(dst, view.shape, src.dtype)
     emit(

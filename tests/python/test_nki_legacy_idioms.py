@@ -418,3 +418,17 @@ def test_mask_on_an_instruction_without_it_raises():
 
     with pytest.raises(NotImplementedError, match="memset: mask= is not supported"):
         simulate_kernel(masked_memset, np.zeros((4, 4), np.float32))
+
+
+@nki.jit
+def transpose_in_sbuf(a):
+    """dma_transpose of an SBUF tile (SBUF -> SBUF), the older returning call."""
+    t = nisa.dma_transpose(nl.load(a))
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+def test_dma_transpose_of_an_sbuf_tile():
+    a = np.random.default_rng(8).standard_normal((16, 96)).astype(np.float16)
+    np.testing.assert_array_equal(simulate_kernel(transpose_in_sbuf, a), a.T)
