@@ -591,6 +591,12 @@ def nc_matmul(
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
     if stationary is None or moving is None:
         raise TypeError("nc_matmul: stationary and moving are required")
+    if dst is None:
+        # The older returning call: a PSUM operand (an old-style nc_transpose's result) is
+        # copied to SBUF on the Vector Engine first, as the older compiler legalized it; the
+        # newer call (dst=) requires SBUF operands (checked).
+        stationary = nl._as_sbuf(stationary) if stationary.buffer == nl.psum else stationary
+        moving = nl._as_sbuf(moving) if moving.buffer == nl.psum else moving
     double = _perf_mode(perf_mode) == matmul_perf_mode.double_row
     m = (stationary.size // stationary.shape[0]) // (2 if double else 1)
     n = (moving.size // moving.shape[0]) // (2 if double else 1)
