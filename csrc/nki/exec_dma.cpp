@@ -600,10 +600,16 @@ void indirect_transfer(Ctx& c, int kd, int ks, int kx, bool scatter, int64_t sca
     const int64_t delta = idx * scale * ind.es;
     if (base_off + delta + ext_lo < 0 || base_off + delta + ext_hi > hb.bytes) {
       if (skip_oob) continue;
-      c.fail("runtime",
-             "index " + std::to_string(idx) + " (entry " + std::to_string(p) +
-                 ") moves the access of '" + hb.name + "' outside the tensor (" +
-                 std::to_string(hb.bytes / ind.es) + " elements)",
+      // Worded first as the NKI simulator words it (an IndexError on the flattened tensor: the
+      // first element of the access outside it), then which entry and index value did it.
+      const int64_t size = hb.bytes / ind.es;
+      const int64_t lo = (base_off + delta + ext_lo) / ind.es;
+      const int64_t first = lo < 0 ? lo : std::max(lo, size);
+      c.fail("index",
+             "index " + std::to_string(first) + " is out of bounds for axis 0 with size " +
+                 std::to_string(size) + "; index " + std::to_string(idx) + " (entry " +
+                 std::to_string(p) + ") moves the access of '" + hb.name +
+                 "' outside the tensor (" + std::to_string(size) + " elements)",
              "indirect DMA indices stay inside the tensor (or use oob_mode=nisa.oob_mode.skip)");
     }
     View a = ind, b = other;

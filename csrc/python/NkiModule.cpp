@@ -40,6 +40,13 @@ void translate_nki_error(const nki::NkiError& e) {
   }
   py::object cls;
   try {
+    if (e.kind() == "index") {  // an index outside a tensor: an IndexError, as in the simulator
+      py::object inst = py::module_::import("nki._errors")
+                            .attr("index_error")(e.message(), e.what(), e.instruction(),
+                                                 e.location(), e.rule());
+      PyErr_SetObject(PyExc_IndexError, inst.ptr());
+      return;
+    }
     cls = py::module_::import("nki._errors").attr("NkiValidationError");
   } catch (py::error_already_set&) {
     PyErr_Clear();
@@ -103,8 +110,8 @@ nki::Target target_from(const py::dict& d) {
 }
 
 // The instruction set as isa.def declares it, for the Python tracer (python/nki/_tracer.py):
-// per instruction its opcode, API name, engines, operand names and attribute slots, plus the
-// names of every enum an attribute or operand can hold.
+// per instruction its opcode, API name, engines, operand names (and which it writes) and attribute
+// slots, plus the names of every enum an attribute or operand can hold.
 py::dict isa_table() {
   auto lower = [](std::string_view v) {
     std::string s(v);
@@ -113,11 +120,14 @@ py::dict isa_table() {
   };
   py::dict ops;
   for (const auto& d : nki::isa::kInstrs) {
-    py::list engines, operands;
+    py::list engines, operands, writes;
     for (int e = 0; e < nki::kNumEngines; ++e)
       if (d.engines & (1u << e))
         engines.append(lower(nki::engine_name(static_cast<nki::Engine>(e))));
-    for (int k = 0; k < d.num_operands; ++k) operands.append(std::string(d.operands[k].name));
+    for (int k = 0; k < d.num_operands; ++k) {
+      operands.append(std::string(d.operands[k].name));
+      if (d.operands[k].writes()) writes.append(std::string(d.operands[k].name));
+    }
     py::dict attrs;
     for (int k = 0; k < d.num_attrs; ++k) {
       const auto& a = d.attrs[k];
@@ -129,6 +139,7 @@ py::dict isa_table() {
     e["api"] = std::string(d.api);
     e["engines"] = engines;
     e["operands"] = operands;
+    e["writes"] = writes;  // the operands the instruction writes (dst, reduce_res, ...)
     e["attrs"] = attrs;
     ops[py::str(std::string(d.id))] = e;
   }

@@ -20,3 +20,14 @@ class NkiValidationError(AssertionError):
     instruction: str = ""
     location: str = ""
     rule: str = ""
+
+
+def index_error(message: str, full: str, instruction: str, location: str, rule: str) -> IndexError:
+    """The error of an access outside a tensor (an indirect DMA index out of range): an
+    ``IndexError`` whose text is the NKI simulator's (``index 66048 is out of bounds for axis
+    0 with size 65536``, the flattened tensor's first element outside it); the instruction,
+    its source line, the offending index and the rule are a note of it and attributes."""
+    e = IndexError(message.split("; ", 1)[0])
+    e.add_note(full)
+    e.kind, e.instruction, e.location, e.rule = "index", instruction, location, rule
+    return e

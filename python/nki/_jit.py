@@ -664,6 +664,15 @@ def _output_structure(ret, tr, name: str) -> dict:
         if not isinstance(t, NkiTensor):
             raise TypeError(f"{name}: kernels return HBM tensors (or tuples of them), got {t!r}")
         info = t._b.slot_info
+        if info is None and t.on_chip and t._vec is None:
+            # A returned SBUF/PSUM tile (the SDK docs' simulation examples do it): the simulator
+            # hands back its final contents; here they are stored to an output at the end.
+            from . import language as nl
+
+            with _tracer.api("nki.language.store"):
+                out = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
+                nl.store(out, t)
+            t, info = out, out._b.slot_info
         if info is None:
             raise TypeError(
                 f"{name}: returned tensor '{t.name}' is in {t.buffer.value}; kernel outputs are HBM tensors "
@@ -691,14 +700,21 @@ def _output_structure(ret, tr, name: str) -> dict:
             view = [view[0] if view else None, str(t.dtype)]
         if info["kind"] == "in":
             return ["in", info["arg"], *view]
-        idx = [i for i in tr.hbm if i["kind"] == "shared"].index(info)
-        return ["shared", idx, *view]
+        return ["shared", info, *view]  # the index once every returned tensor is known
+
+    def resolve(r):
+        # A returned nl.hbm tensor becomes shared while the refs are made: index after all.
+        if r[0] == "shared":
+            shared = [i for i in tr.hbm if i["kind"] == "shared"]
+            r[1] = next(k for k, i in enumerate(shared) if i is r[1])
+        return r
 
     if ret is None:
         return {"type": "none"}
     if isinstance(ret, (tuple, list)):
-        return {"type": type(ret).__name__, "refs": [ref(t) for t in ret]}
-    return {"type": "single", "ref": ref(ret)}
+        refs = [ref(t) for t in ret]
+        return {"type": type(ret).__name__, "refs": [resolve(r) for r in refs]}
+    return {"type": "single", "ref": resolve(ref(ret))}
 
 
 # ---------------------------------------------------------------------------------------------

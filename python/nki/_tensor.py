@@ -35,7 +35,7 @@ class MemoryRegion(enum.Enum):
 class _Buffer:
     """One allocated tensor of the program being traced."""
 
-    __slots__ = ("dtype", "id", "name", "region", "shape", "slot_info")
+    __slots__ = ("dtype", "id", "mod", "name", "region", "shape", "slot_info")
 
     def __init__(self, id_: int, region: MemoryRegion, dtype: dt.DType, shape: tuple, name: str):
         self.id = id_
@@ -44,10 +44,68 @@ class _Buffer:
         self.shape = shape
         self.name = name
         self.slot_info = None
+        self.mod = None  # _ModAlloc (the block tensor) or _ModBlock (one block of it)
+
+    def _block(self, index: tuple) -> _Buffer:
+        """The buffer of one logical block of a modulo-allocated tensor (one object per block:
+        views of the same block share it)."""
+        m = self.mod
+        b = m.blocks.get(index)
+        if b is None:
+            b = _Buffer(self.id, self.region, self.dtype, self.shape, self.name)
+            b.slot_info = self.slot_info
+            b.mod = _ModBlock(index, m.slot_of(index), m.nslots, m.owner)
+            m.blocks[index] = b
+        return b
 
     @property
     def on_chip(self) -> bool:
         return self.region in (MemoryRegion.sbuf, MemoryRegion.psum)
+
+
+def _mod_linear(index: tuple, tiles: tuple) -> int:
+    """The physical tile of block `index` under ``num_*_tiles=tiles``: each block index modulo
+    its tile count (block dimensions past the tuple's length share tile 0), row-major."""
+    lin = 0
+    for i, n in zip(index, tiles):
+        lin = lin * n + i % n
+    return lin
+
+
+class _ModAlloc:
+    """A tensor whose blocks (dimensions in front of nl.par_dim) share a few physical tiles
+    round-robin, as ``nki.compiler.sbuf/psum.mod_alloc(num_*_tiles=...)`` places them."""
+
+    __slots__ = ("blocks", "nslots", "owner", "step", "tiles")
+
+    def __init__(self, tiles: list, step: int):
+        self.tiles = [tuple(int(n) for n in t) for t in tiles]
+        self.nslots = 1
+        for t in self.tiles:
+            for n in t:
+                self.nslots *= n
+        self.step = step  # elements per partition from one physical tile to the next
+        self.owner: dict = {}  # physical tile -> (block index, source location) last written
+        self.blocks: dict = {}
+
+    def slot_of(self, index: tuple) -> int:
+        slot = 0
+        for t in self.tiles:
+            n = 1
+            for x in t:
+                n *= x
+            slot = slot * n + _mod_linear(index, t)
+        return slot
+
+
+class _ModBlock:
+    __slots__ = ("index", "nslots", "owner", "slot")
+
+    def __init__(self, index: tuple, slot: int, nslots: int, owner: dict):
+        self.index = index
+        self.slot = slot
+        self.nslots = nslots
+        self.owner = owner
 
 
 def _row_major(shape) -> tuple:
@@ -440,6 +498,8 @@ class NkiTensor:
                     "partition dimension (nl.par_dim); an instruction takes one tile: index the block "
                     "dimensions with ints first (t[i] or t[i, :, :])"
                 )
+            if isinstance(self._b.mod, _ModAlloc):
+                return self[(0,) * self._nblock]._ap()
             return self._view(self.shape[self._nblock :], self._steps[self._nblock :], nblock=0)._ap()
         if self._bounds:
             expr, size, d = self._bounds[0]
@@ -494,8 +554,13 @@ class NkiTensor:
             idx = (idx,)
         if idx and isinstance(idx[0], NkiTensor) and not self.on_chip:
             return self._index_by_tile(idx)
+        k = next((i for i, x in enumerate(idx) if isinstance(x, NkiTensor)), None)
+        if k and not self.on_chip and all(isinstance(x, int) and not isinstance(x, bool) for x in idx[:k]):
+            return self[idx[:k]][idx[k:]]  # data[b, idx_tile, i_f]: the ints first, then indirect
         if any(isinstance(i, IndexExpr) for i in idx):
             return self._index_grid(idx)
+        if isinstance(self._b.mod, _ModAlloc) and self._nblock:
+            return self._mod_block(idx)
         if Ellipsis in idx:
             k = idx.index(Ellipsis)
             fill = self.ndim - (len(idx) - 1 - sum(1 for i in idx if i is None))
@@ -508,6 +573,8 @@ class NkiTensor:
         pdim = self._nblock if self.on_chip else 0
         nblock = 0
         d = 0
+        dropped = None
+        beyond = []
         for item in idx:
             if d < pdim and item is not None and not isinstance(item, int):
                 nblock += 1
@@ -530,6 +597,8 @@ class NkiTensor:
                 if self.on_chip and d == pdim:
                     shape.append(1)
                     steps.append(st)
+                elif self.on_chip and d > pdim:
+                    dropped = st
             elif isinstance(item, slice):
                 start, stop, step = item.start, item.stop, item.step
                 step = 1 if step is None else step
@@ -537,11 +606,16 @@ class NkiTensor:
                     raise IndexError("slice steps must be positive")
                 start = 0 if start is None else (start + n if start < 0 else start)
                 stop = n if stop is None else (stop + n if stop < 0 else stop)
-                if not (0 <= start < n) or stop > n or stop <= start:
+                cnt = len(range(start, stop, step))
+                if 0 <= start < n < stop and self._bounds is None:
+                    # Past the end: the older releases let a mask= of the instruction clip it
+                    # (nl.load(a[256:384], mask=i_p + 256 < 288)); checked when used, as an
+                    # index grid's range is.
+                    beyond.append((start, step, cnt, n, d, len(shape)))
+                elif not (0 <= start < n) or stop > n or stop <= start:
                     raise IndexError(
                         f"slice {start}:{stop} is out of bounds or empty for dimension {d} of size {n} (shape {self.shape})"
                     )
-                cnt = len(range(start, stop, step))
                 off += start * st
                 shape.append(cnt)
                 steps.append(st * step)
@@ -567,7 +641,52 @@ class NkiTensor:
             else:
                 raise IndexError(f"unsupported index {item!r}")
             d += 1
-        return NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
+        if dropped is not None and len(shape) == nblock + 1:
+            # An on-chip tile keeps a free dimension: t[:, i] of a [P, F] tile is [P, 1] (the
+            # older releases' tiles are 2-D at least; the partition dimension alone is no tile).
+            shape.append(1)
+            steps.append(dropped)
+        t = NkiTensor(self._b, shape, self.dtype, off, steps, reg, nblock=nblock)
+        if beyond:
+            t._bounds = [
+                (IndexExpr({_Var(cnt, axis, len(shape)): step}, start), n, d)
+                for start, step, cnt, n, d, axis in beyond
+            ]
+        return t
+
+    def _mod_block(self, idx) -> NkiTensor:
+        """Indexing a modulo-allocated block tensor: the block indices (ints) pick the block's
+        physical tile; the rest indexes the tile."""
+        k = self._nblock
+        blocks = idx[:k]
+        if len(blocks) < k or not all(isinstance(i, int) and not isinstance(i, bool) for i in blocks):
+            raise IndexError(
+                f"'{self.name}' is modulo-allocated (mod_alloc): index its {k} block dimension(s) "
+                f"with ints first, got {idx!r}"
+            )
+        index = []
+        for d, i in enumerate(blocks):
+            n = self.shape[d]
+            j = i + n if i < 0 else i
+            if not 0 <= j < n:
+                raise IndexError(f"block index {i} is out of bounds for dimension {d} of size {n}")
+            index.append(j)
+        index = tuple(index)
+        m = self._b.mod
+        b = self._b._block(index)
+        tile = NkiTensor(
+            b, self.shape[k:], self.dtype, self._offset + b.mod.slot * m.step, self._steps[k:], self._reg
+        )
+        rest = idx[k:]
+        return tile[rest] if rest else tile
+
+    def _masked_indirect(self, shape, offset, first: int) -> NkiTensor:
+        """An indirect view restricted by a mask: entries ``first .. first + shape[0] - 1``
+        (their indices) and the masked ranges of the other dimensions."""
+        vec, scale = self._vec
+        t = NkiTensor(self._b, tuple(shape), self.dtype, offset, self._steps)
+        t._vec = (vec[first : first + shape[0], :], scale)
+        return t
 
     def _index_by_tile(self, idx) -> NkiTensor:
         """``data[idx_tile[i_p, 0], i_f]`` (older releases): the first dimension of an HBM tensor
@@ -1048,8 +1167,9 @@ def new_tensor(
     """Allocates a tensor in the program being traced."""
     tr = current()
     region = getattr(buffer, "_nki_region", None)  # nki.compiler allocation directives
+    directive = None
     if isinstance(region, MemoryRegion):
-        buffer = region
+        directive, buffer = buffer, region
     if isinstance(buffer, str):
         raise TypeError(
             f"buffer={buffer!r}: use nl.sbuf / nl.psum / nl.hbm / nl.shared_hbm (strings are not accepted)"
@@ -1064,8 +1184,10 @@ def new_tensor(
         raise ValueError(f"shape {shape}: at most one nl.par_dim")
     shape = tuple(int(s) for s in shape)
     if pdims and pdims[0] > 0 and buffer in (MemoryRegion.sbuf, MemoryRegion.psum):
-        # Block dimensions: allocate [partition, *blocks, *free] and view it with the blocks first.
         k = pdims[0]
+        if getattr(directive, "kind", None) == "mod_alloc":
+            return _new_mod_alloc(shape, k, dtype, buffer, name, address, directive.hints)
+        # Block dimensions: allocate [partition, *blocks, *free] and view it with the blocks first.
         alloc_shape = (shape[k],) + shape[:k] + shape[k + 1 :]
         base = new_tensor(alloc_shape, dtype, buffer, name, address, is_input)
         order = list(range(1, k + 1)) + [0] + list(range(k + 1, len(shape)))
@@ -1091,6 +1213,41 @@ def new_tensor(
         b.slot_info = {"kind": kind, "shape": shape, "dtype": str(dtype), "name": name}
         tr.hbm.append(b.slot_info)
     return NkiTensor(b, shape, dtype, 0, _row_major(shape), base=True)
+
+
+_PSUM_BANK_BYTES = 2048  # per partition: 16 KiB of PSUM in 8 banks
+
+
+def _new_mod_alloc(shape, k, dtype, buffer, name, address, hints) -> NkiTensor:
+    """``nl.ndarray((*blocks, nl.par_dim(P), *free), buffer=sbuf/psum.mod_alloc(...))``: the
+    blocks share ``prod(num_*_tiles)`` physical tiles round-robin (block i on tile i % n per
+    block dimension; no tile counts: every block on one tile). PSUM bank tiles are whole banks.
+    The allocator places the tiles (base_addr/base_bank are not obeyed); reading a block whose
+    tile another block has overwritten is reported (nki._tracer._check_mod_slots)."""
+    blocks, parts, free = shape[:k], shape[k], shape[k + 1 :]
+    dtype = dt.to_dtype(dtype)
+    tiles = []
+    for key in ("num_bank_tiles", "num_par_tiles", "num_free_tiles"):
+        t = hints.get(key)
+        if t:
+            t = tuple(t)
+            if len(t) > len(blocks) or any(int(n) < 1 for n in t):
+                raise ValueError(
+                    f"mod_alloc({key}={t}): one positive tile count per block dimension (blocks {blocks})"
+                )
+            tiles.append(t)
+    elems = 1
+    for n in free:
+        elems *= n
+    step = elems
+    if buffer == MemoryRegion.psum and hints.get("num_bank_tiles"):
+        per_bank = _PSUM_BANK_BYTES // dtype.itemsize  # partial bank allocation is not allowed
+        step = -(-elems // per_bank) * per_bank
+    m = _ModAlloc(tiles, step)
+    base = new_tensor((parts, m.nslots * step), dtype, buffer, name, address)
+    base._b.mod = m
+    steps = [0] * k + [base.strides[0]] + list(_row_major(free))
+    return NkiTensor(base._b, shape, dtype, 0, steps, nblock=k)
 
 
 def _index_vector(v, parts: int) -> NkiTensor:

@@ -19,7 +19,7 @@ from ._core import core
 class _Op:
     """One instruction of the table: where each operand and attribute goes."""
 
-    __slots__ = ("api", "attrs", "code", "engines", "name", "nfloats", "nints", "noperands", "operands")
+    __slots__ = ("api", "attrs", "code", "engines", "name", "nfloats", "nints", "noperands", "operands", "writes")
 
     def __init__(self, name: str, e: dict):
         self.name = name
@@ -28,6 +28,7 @@ class _Op:
         self.engines = frozenset(e["engines"])
         self.operands = {n: k for k, n in enumerate(e["operands"])}
         self.noperands = len(e["operands"])
+        self.writes = frozenset(e["writes"])
         # name -> (kind, slot, count)
         self.attrs = {n: tuple(v) for n, v in e["attrs"].items()}
         self.nints = max([s + c for k, s, c in self.attrs.values() if k != "float"] or [0])
@@ -321,11 +322,16 @@ def emit(
     t = isa()
     info = t.ops[op]
     aps = [None] * info.noperands
+    shared = []
     for name, v in operands.items():
         k = info.operands.get(name)
         if k is None:
             raise TypeError(f"{info.api} has no operand {name!r} (operands: {sorted(info.operands)})")
         aps[k] = None if v is None else v._ap()
+        if v is not None and getattr(getattr(v, "_b", None), "mod", None) is not None:
+            shared.append((name, v))
+    if shared:
+        _check_mod_slots(tr, info, shared, attrs or {}, api_name)
     ints = [0] * info.nints
     floats = [0.0] * info.nfloats
     attrs = attrs or {}
@@ -353,6 +359,45 @@ def emit(
     if engine_code is None:
         raise ValueError(f"{info.api}: unknown engine {engine!r}")
     tr.program.add(info.code, engine_code, aps, ints, floats, tr.loc(), api_idx)
+
+
+def _kernel_where() -> str:
+    """``file:line`` of the kernel source executing (first frame outside nki)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_NOT_KERNEL_CODE):
+        f = f.f_back
+    return f"{_short_path(f.f_code.co_filename)}:{f.f_lineno}" if f is not None else "?"
+
+
+def _check_mod_slots(tr, info, shared, attrs, api_name) -> None:
+    """Blocks of a modulo-allocated tensor (``sbuf/psum.mod_alloc(num_free_tiles=...)``) share
+    physical tiles round-robin: reading a block whose tile another block has written since is
+    a hazard (the data is gone), reported here; a write makes the block the tile's owner."""
+    from ._errors import NkiValidationError
+
+    accumulates = bool(attrs.get("accumulate"))
+    for name, v in shared:
+        blk = v._b.mod
+        if name in info.writes and not (accumulates and name == "dst"):
+            continue
+        owner = blk.owner.get(blk.slot)
+        if owner is not None and owner[0] != blk.index:
+            where = _kernel_where()
+            what = api_name or tr.api
+            instr = info.api if not what or what == info.api else f"{info.api} (from {what})"
+            e = NkiValidationError(
+                f"{instr} at {where}: reads block {blk.index} of '{v.name}', whose physical tile "
+                f"{blk.slot} (modulo allocation, {blk.nslots} tile(s) for the blocks) was overwritten "
+                f"by block {owner[0]} at {owner[1]} [rule: a modulo-allocated block is read before "
+                "another block reuses its tile]"
+            )
+            e.kind, e.instruction, e.location = "validation", instr, where
+            e.rule = "a modulo-allocated block is read before another block reuses its tile"
+            raise e
+    for name, v in shared:
+        if name in info.writes:
+            blk = v._b.mod
+            blk.owner[blk.slot] = (blk.index, _kernel_where())
 
 
 def _emit_per_block(op, engine, operands: dict, attrs, api_name, blocked) -> None:

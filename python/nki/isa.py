@@ -257,7 +257,10 @@ def _masked(fn, kw: dict, mask, tensors):
         if mask:
             return fn(**kw)
         with _tracer.suppressed():  # masked off at compile time: the tile is allocated, not written
-            return fn(**kw)
+            ret = fn(**kw)
+        if isinstance(ret, NkiTensor):
+            ret._mask = False  # assigning it writes nothing either
+        return ret
     if not isinstance(mask, Mask):
         raise TypeError(f"nki.isa.{fn.__name__}: mask must be a bool or an index-grid predicate, got {mask!r}")
     ret = None
@@ -269,7 +272,10 @@ def _masked(fn, kw: dict, mask, tensors):
     names = ["dst"] + [t for t in tensors if isinstance(kw.get(t), NkiTensor) and kw[t].shape == dst.shape]
     r = nl._apply_mask(mask, *[kw[n] for n in names])
     if r is None:
-        return ret if ret is not None else NkiInstruction(_tracer.current().program.size() - 1)
+        if ret is None:
+            return NkiInstruction(_tracer.current().program.size() - 1)
+        ret._mask = False
+        return ret
     kw.update(zip(names, r))
     res = fn(**kw)
     if ret is not None:
@@ -296,6 +302,19 @@ def dma_copy(
     Differing dtypes are converted through fp32."""
     if src is None:
         raise TypeError("dma_copy: src is required")
+    mask = kwargs.pop("mask", None)
+    if mask is not None:  # the older releases' mask= (a bool or an index-grid predicate)
+        kw = dict(dst=dst, src=src, oob_mode=oob_mode, dge_mode=dge_mode, **kwargs)
+        return _masked(dma_copy, kw, mask, ("src",))
+    rmw = kwargs.pop("dst_rmw_op", None)
+    if rmw is not None:  # the older releases' read-modify-write store: dst = dst + src
+        if dst is None:
+            raise TypeError("dma_copy: dst_rmw_op= needs dst=")
+        if _alu(rmw, "dst_rmw_op") != _tracer.alu_code("add"):
+            raise NkiValidationError(
+                f"nki.isa.dma_copy: dst_rmw_op={rmw!r} [rule: the DMA engines read-modify-write with add only]"
+            )
+        return dma_compute(dst=dst, srcs=[dst, src], reduce_op=nl.add, oob_mode=oob_mode)
     if getattr(src, "_vec", None) is not None or getattr(dst, "_vec", None) is not None:
         if dst is None:
             raise TypeError("dma_copy: an indirect (vector_offset) copy needs dst=")
@@ -460,6 +479,13 @@ def dma_transpose(
             raise ValueError(f"dma_transpose: give axes for a {src.ndim}-D source")
     if getattr(src, "_vec", None) is not None:
         return _dma_transpose_indirect(dst, src, tuple(axes), oob_mode)
+    if src.on_chip:
+        # An SBUF source (the docs' SB->SB example): our DMA model walks on-chip partitions in
+        # order only, so the tile goes through a kernel-private HBM copy first (the same bits;
+        # costed as two DMAs).
+        scratch = nl.ndarray(src.shape, src.dtype, buffer=nl.private_hbm)
+        dma_copy(dst=scratch, src=src)
+        src = scratch
     view = src._view([src.shape[a] for a in axes], [src.strides[a] for a in axes])
     dst, alloc = _dst(dst, view.shape, src.dtype)
     emit(
@@ -532,6 +558,20 @@ def tensor_copy_predicated(dst: NkiTensor, src, predicate: NkiTensor, reverse_pr
 # Tensor Engine
 
 
+# perf_mode spelled as a string: the real enum's values, and the older releases' name of the
+# NeuronCore-v3 double-row FP8 mode.
+_PERF_MODES = {"none": matmul_perf_mode.none, "double_row": matmul_perf_mode.double_row,
+               "double_row_gen3": matmul_perf_mode.double_row}
+
+
+def _perf_mode(m) -> matmul_perf_mode:
+    if isinstance(m, str):
+        if m not in _PERF_MODES:
+            raise ValueError(f"nc_matmul: perf_mode={m!r}; one of {sorted(_PERF_MODES)} or nisa.matmul_perf_mode")
+        return _PERF_MODES[m]
+    return matmul_perf_mode(int(m))
+
+
 @_old_style("stationary", "moving", tensors=("stationary", "moving"))
 def nc_matmul(
     dst: NkiTensor = None,
@@ -551,7 +591,13 @@ def nc_matmul(
     accumulate=None overwrites on the first write to a PSUM region and adds afterwards."""
     if stationary is None or moving is None:
         raise TypeError("nc_matmul: stationary and moving are required")
-    double = int(perf_mode) == matmul_perf_mode.double_row
+    if dst is None:
+        # The older returning call: a PSUM operand (an old-style nc_transpose's result) is
+        # copied to SBUF on the Vector Engine first, as the older compiler legalized it; the
+        # newer call (dst=) requires SBUF operands (checked).
+        stationary = nl._as_sbuf(stationary) if stationary.buffer == nl.psum else stationary
+        moving = nl._as_sbuf(moving) if moving.buffer == nl.psum else moving
+    double = _perf_mode(perf_mode) == matmul_perf_mode.double_row
     m = (stationary.size // stationary.shape[0]) // (2 if double else 1)
     n = (moving.size // moving.shape[0]) // (2 if double else 1)
     out_dt = (
@@ -991,18 +1037,55 @@ def affine_select(
 ):
     """GpSimd: dst = cmp_op(affine_value, 0) ? on_true_tile : on_false_value, where
     affine_value = offset + p * channel_multiplier + sum(index * step) over `pattern`."""
-    if isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask):  # old style
+    mask = kwargs.pop("mask", None)
+    old = isinstance(pattern, Mask) or pred is not None or isinstance(dst, Mask)
+    if old:
         m = pred if pred is not None else (pattern if isinstance(pattern, Mask) else dst)
         if len(m.preds) != 1:
             raise ValueError("affine_select: the old-style predicate must be a single comparison")
         expr, op = m.preds[0]
         src = on_true_tile
-        pattern, channel_multiplier, offset = _expr_pattern(expr, src.ndim)
+        pattern, channel_multiplier, offset = _expr_pattern(expr, src.ndim, src.shape)
         cmp_op = nl.__dict__[_CMP_NAMES[op]]
         dst = None
+    elif mask is not None:
+        raise TypeError("affine_select: mask= belongs to the older call affine_select(pred, on_true_tile, ...)")
     if on_true_tile is None:
         raise TypeError("affine_select: on_true_tile is required")
     dst, alloc = _dst(dst, on_true_tile.shape, dtype or on_true_tile.dtype)
+    if old:
+        if isinstance(mask, bool) and not mask:  # masked off at compile time: allocated, not written
+            dst._mask = False
+            return dst
+        if mask is not None and not isinstance(mask, bool):
+            # The mask restricts the tiles to a sub-range; the predicate keeps its grid indices:
+            # the sub-range's origin moves into the offset and its extents into the pattern.
+            ranges = mask.axis_ranges()
+            r = nl._apply_mask(mask, dst, on_true_tile)
+            if r is None:
+                dst._mask = False
+                return dst
+            out, on_true_tile = r
+            if on_true_tile.buffer == nl.psum:
+                on_true_tile = nl._as_sbuf(on_true_tile)
+            for axis, (lo, hi) in ranges.items():
+                if axis == 0:
+                    offset += lo * channel_multiplier
+                else:
+                    offset += lo * pattern[axis - 1][0]
+                    pattern[axis - 1][1] = hi - lo + 1
+            _affine_select_emit(out, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)
+            dst._mask = mask
+            return dst
+        if on_true_tile.buffer == nl.psum:
+            # The older compiler legalized a PSUM operand (the GpSimd Engine reads SBUF only)
+            # with a copy to SBUF on the Vector Engine; the newer call requires SBUF (checked).
+            on_true_tile = nl._as_sbuf(on_true_tile)
+    _affine_select_emit(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)
+    return _result(dst, alloc)
+
+
+def _affine_select_emit(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset):
     cmp = _alu(cmp_op if cmp_op is not None else nl.equal, "cmp_op")
     attrs = _pattern_attrs(pattern)
     attrs.update(
@@ -1012,7 +1095,6 @@ def affine_select(
         on_false_value=float(on_false_value),
     )
     emit("AffineSelect", "gpsimd", {"dst": dst, "on_true_tile": on_true_tile}, attrs)
-    return _result(dst, alloc)
 
 
 @_old_style(tensors=("predicate", "on_true"))
@@ -1180,6 +1262,10 @@ def nc_match_replace8(
     error (undefined on the hardware)."""
     if data is None or vals is None:
         raise TypeError("nc_match_replace8(dst=, data=, vals=, imm=) needs data and vals")
+    mask = kwargs.pop("mask", None)
+    if mask is not None:  # the older mask=: it restricts data (and dst, of data's shape)
+        kw = dict(dst=dst, data=data, vals=vals, imm=imm, dst_idx=dst_idx)
+        return _masked(nc_match_replace8, kw, mask, ("data",))
     dst, alloc = _dst(dst, data.shape, data.dtype)
     emit("MatchReplace8", "vector", {"dst": dst, "data": data, "vals": vals, "dst_idx": dst_idx}, {"imm": float(imm)})
     return _result(dst, alloc)
@@ -1247,8 +1333,17 @@ def sequence_bounds(dst: NkiTensor = None, segment_ids: NkiTensor = None, name=N
 
 
 def max8(dst: NkiTensor = None, src: NkiTensor = None, name=None, **kwargs):
-    """The 8 largest values of each partition, descending."""
+    """The 8 largest values of each partition, descending (of the masked part of src with the
+    older ``mask=``)."""
+    mask = kwargs.pop("mask", None)
     dst, alloc = _dst(dst, (src.shape[0], 8), src.dtype)
+    if mask is not None:
+        r = nl._apply_mask(mask, src)
+        if r is None:
+            return _result(dst, alloc)
+        (src,) = r
+        if src.shape[0] != dst.shape[0]:
+            dst = dst[0 : src.shape[0]]
     emit("Max8", "vector", {"dst": dst, "data": src})
     return _result(dst, alloc)
 
@@ -1463,6 +1558,24 @@ def _unmodeled(name: str, what: str):
 
 for _n, _what in list(_NOT_MODELED.items()) + [(n, "MX (microscaling) arithmetic") for n in _V4_ONLY]:
     globals()[_n] = _unmodeled(_n, _what)
+
+
+def _mask_refused(fn):
+    """The older ``mask=`` on an instruction that does not model it raises (never ignored)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if kwargs.get("mask") is not None:
+            raise NotImplementedError(f"nki.isa.{fn.__name__}: mask= is not supported on this instruction")
+        kwargs.pop("mask", None)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+for _n in ("dma_compute", "memset", "iota", "nc_find_index8", "nc_n_gather", "local_gather",
+           "sequence_bounds", "rng", "set_rng_seed", "rand_set_state", "rand_get_state"):
+    globals()[_n] = _mask_refused(globals()[_n])
 
 
 # ---------------------------------------------------------------------------------------------

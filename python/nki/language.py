@@ -680,6 +680,9 @@ def _apply_mask(mask, *tensors):
                 return None
             off += lo * t.strides[axis]
             shape[axis] = hi - lo + 1
+        if t._vec is not None:  # an indirect view: the mask on its entries selects index entries
+            out.append(t._masked_indirect(shape, off, ranges.get(0, (0, t.shape[0] - 1))[0]))
+            continue
         out.append(t._view(shape, t.strides, offset=off))
     return tuple(out)
 
@@ -1058,6 +1061,8 @@ def _assign(dst: NkiTensor, value) -> None:
         nisa.memset(dst=dst, value=value)
         return
     if value is dst or (value._mask is None and value._same_access(dst)):  # t[0] += x; t[0] = t[0]
+        return
+    if value._mask is False:  # an old-style result masked off at compile time: nothing assigned
         return
     if value._mask is not None and value.shape == dst.shape:  # a masked old-style result
         r = _apply_mask(value._mask, dst, value)

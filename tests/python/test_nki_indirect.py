@@ -90,8 +90,14 @@ def gather_skip(table, indices):
 def test_out_of_bounds_indices_raise_or_are_skipped():
     table = _rand(10, 16)
     idx = np.array([[1], [9], [10], [-1]] * 8, dtype=np.int32)
-    with pytest.raises(Exception, match=r"index 10 \(entry 2\) moves the access of 'table' outside the tensor"):
+    # an IndexError worded as the NKI simulator words it (flattened element 10 * 16 of 160),
+    # with the instruction, the entry and the index value in its note
+    with pytest.raises(IndexError) as info:
         nki.simulate(gather_rows)(table, idx)
+    assert type(info.value) is IndexError
+    assert str(info.value) == "index 160 is out of bounds for axis 0 with size 160"
+    assert "index 10 (entry 2) moves the access of 'table' outside the tensor" in info.value.__notes__[0]
+    assert "nki.isa.dma_copy" in info.value.__notes__[0]
     got = nki.simulate(gather_skip)(table, idx)
     want = np.full((32, 16), -1.0, np.float32)
     ok = (idx[:, 0] >= 0) & (idx[:, 0] < 10)
@@ -197,5 +203,6 @@ def test_indirect_dma_transpose_gathers_blocks(dtype):
 def test_indirect_dma_transpose_index_out_of_range():
     cache = _rand(4, 8, 16)
     table = np.array([[0], [9]], np.uint32)
-    with pytest.raises(Exception, match="outside the tensor"):
+    with pytest.raises(IndexError, match="is out of bounds for axis 0 with size 512") as info:
         nki.simulate(gather_blocks_transposed)(cache, table)
+    assert "index 9 (entry 1) moves the access of 'cache' outside the tensor" in info.value.__notes__[0]

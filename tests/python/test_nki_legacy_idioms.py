@@ -168,3 +168,267 @@ def test_hbm_rows_indexed_by_a_tile_of_indices():
     want = np.zeros_like(data)
     want[idx] = data[idx]
     np.testing.assert_array_equal(back, want)
+
+
+@nki.jit
+def causal_scores(q_t, k_t, upper_rows: int):
+    """Scores q_t.T @ k_t left in PSUM, causally masked by the old-style affine_select straight
+    from PSUM (the older compiler moved the tile to SBUF for the GpSimd Engine); with a mask=
+    restricting the select to the first `upper_rows` rows (the rest keep the plain scores), and
+    a second select masked off at trace time (it must write nothing)."""
+    n = q_t.shape[1]
+    out = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray((nl.par_dim(n), n), dtype=nl.float32, buffer=nl.psum)
+    s[...] = nl.matmul(nl.load(q_t), nl.load(k_t), transpose_x=True)
+    i_p, i_f = nl.mgrid[0:n, 0:n]
+    res = nl.ndarray((nl.par_dim(n), n), dtype=nl.float32, buffer=nl.sbuf)
+    res[...] = nl.copy(s)
+    res[...] = nisa.affine_select(pred=(i_p + 3 >= i_f), on_true_tile=s, on_false_value=-1e4,
+                                  dtype=nl.float32, mask=(i_p < upper_rows))
+    res[...] = nisa.affine_select(pred=(i_p >= i_f), on_true_tile=s, on_false_value=7.0,
+                                  dtype=nl.float32, mask=upper_rows < 0)
+    nl.store(out, res)
+    return out
+
+
+@pytest.mark.parametrize("upper_rows", [128, 40])
+def test_old_affine_select_reads_psum_and_honours_mask(upper_rows):
+    rng = np.random.default_rng(1)
+    q_t = rng.standard_normal((64, 128)).astype(np.float32)
+    k_t = rng.standard_normal((64, 128)).astype(np.float32)
+    got = simulate_kernel(causal_scores, q_t, k_t, upper_rows)
+    s = q_t.T @ k_t
+    p, f = np.mgrid[0:128, 0:128]
+    want = np.where((p + 3 >= f) | (p >= upper_rows), s, np.float32(-1e4))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)  # fp32 matmul, summation order
+
+
+@nki.jit
+def new_affine_select_psum(x):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+    nisa.tensor_copy(dst=s, src=nl.load(x))
+    d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.affine_select(dst=d, pattern=[[-1, x.shape[1]]], channel_multiplier=1, on_true_tile=s,
+                       on_false_value=0.0, cmp_op=nl.greater_equal)
+    nl.store(out, d)
+    return out
+
+
+def test_new_affine_select_still_requires_sbuf():
+    x = np.ones((8, 8), np.float32)
+    with pytest.raises(NkiValidationError, match="GpSimd Engine cannot access"):
+        simulate_kernel(new_affine_select_psum, x)
+
+
+@nki.jit
+def column_stats(x):
+    """t[:, j] of an on-chip [P, F] tile is a [P, 1] tile (older releases' tiles are 2-D), so a
+    column can be indexed again with [:, 0]."""
+    p, f = x.shape
+    out = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    acc = nl.ndarray((nl.par_dim(p), f), dtype=x.dtype, buffer=nl.sbuf)
+    for j in nl.affine_range(f):
+        col = t[:, j]
+        assert tuple(col.shape) == (p, 1)
+        acc[:, j] = nl.multiply(col[:, 0], 2.0)
+    nl.store(out, acc)
+    return out
+
+
+def test_int_index_of_tile_free_dim_keeps_a_column():
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(simulate_kernel(column_stats, x), 2 * x)
+
+
+@nki.jit
+def rows_in_tiles(a):
+    """Copies a [R, F] tensor through 128-row SBUF tiles; the last tile's slice runs past the
+    end of `a` and the mask= of the copies clips it (the older releases' idiom)."""
+    r, f = a.shape
+    out = nl.ndarray((r, f), dtype=a.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range((r + 127) // 128):
+        i_p = nl.arange(128)[:, None] + t * 128
+        buf = nl.ndarray((nl.par_dim(128), f), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=buf, src=a[t * 128:(t + 1) * 128, :], mask=(i_p < r))
+        nisa.dma_copy(dst=out[t * 128:(t + 1) * 128, :], src=buf, mask=(i_p < r))
+    return out
+
+
+def test_slice_past_the_end_clipped_by_the_mask():
+    a = np.random.default_rng(2).standard_normal((300, 40)).astype(np.float32)
+    np.testing.assert_array_equal(simulate_kernel(rows_in_tiles, a), a)
+
+
+@nki.jit
+def rows_past_the_end_unmasked(a):
+    buf = nl.ndarray((nl.par_dim(128), a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=buf, src=a[128:256, :])
+    out = nl.ndarray((128, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, buf)
+    return out
+
+
+def test_slice_past_the_end_without_mask_raises():
+    a = np.zeros((200, 8), np.float32)
+    with pytest.raises(IndexError, match=r"covers 128\.\.255 on dimension 0 of size 200"):
+        simulate_kernel(rows_past_the_end_unmasked, a)
+
+
+@nki.jit
+def add_rows_into(base, rows, where):
+    """out = base; out[where[i]] += rows[i] through dma_copy(dst_rmw_op=np.add) (a scatter-add
+    of the older releases), then out[0:8] += rows[0:8] directly."""
+    n, f = rows.shape
+    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(base))
+    idx = nl.load(where)
+    i_f = nl.arange(f)[None, :]
+    r = nl.load(rows)
+    nisa.dma_copy(dst=out[idx, i_f], src=r, dst_rmw_op=np.add)
+    nisa.dma_copy(dst=out[0:8, :], src=r[0:8, :], dst_rmw_op=np.add)
+    return out
+
+
+def test_dma_copy_dst_rmw_op_adds_into_dst():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((40, 24)).astype(np.float32)
+    rows = rng.standard_normal((16, 24)).astype(np.float32)
+    where = rng.permutation(40)[:16].astype(np.int32).reshape(16, 1)
+    want = base.copy()
+    want[where[:, 0]] += rows
+    want[0:8] += rows[0:8]
+    np.testing.assert_allclose(simulate_kernel(add_rows_into, base, rows, where), want, rtol=1e-6, atol=1e-6)
+
+
+def test_dma_copy_dst_rmw_op_other_than_add_is_refused():
+    @nki.jit
+    def mul_into(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        nisa.dma_copy(dst=out, src=nl.load(a), dst_rmw_op=np.multiply)
+        return out
+
+    with pytest.raises(NkiValidationError, match="add only"):
+        simulate_kernel(mul_into, np.ones((4, 4), np.float32))
+
+
+@nki.jit
+def fp8_double_row(a, b, mode):
+    """c = sum over (k, l) of a[k, l, i] * b[k, l, j]: the double-row FP8 matmul, two rows of
+    the contraction packed per partition."""
+    c = nl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.load(a)
+    bt = nl.load(b)
+    nl.store(c, nisa.nc_matmul(at, bt, perf_mode=mode))
+    return c
+
+
+@pytest.mark.parametrize("mode", ["double_row_gen3", "double_row", nisa.matmul_perf_mode.double_row])
+def test_double_row_perf_mode_names(mode):
+    rng = np.random.default_rng(4)
+    a = rng.integers(-3, 4, (128, 2, 16)).astype(nl.float8_e5m2)
+    b = rng.integers(-3, 4, (128, 2, 64)).astype(nl.float8_e5m2)
+    want = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_array_equal(simulate_kernel(fp8_double_row, a, b, mode), want)  # small ints: exact
+
+
+def test_unknown_perf_mode_string_is_refused():
+    a = np.ones((128, 2, 4), nl.float8_e5m2)
+    with pytest.raises(ValueError, match="perf_mode='double_col'"):
+        simulate_kernel(fp8_double_row, a, a, "double_col")
+
+
+@nki.jit
+def tile_and_hbm_outputs(x):
+    """Returns (an SBUF tile, an nl.hbm tensor allocated before it): the simulator hands back
+    the tile's final contents; each output keeps its place in the returned tuple."""
+    early = nl.ndarray((x.shape[0], 1), dtype=x.dtype, buffer=nl.hbm)
+    t = nl.multiply(nl.load(x), 3.0)
+    nl.store(early, nl.max(t, axis=1, keepdims=True))
+    return t, early
+
+
+def test_returned_sbuf_tile_and_hbm_tensor_keep_their_order():
+    x = np.random.default_rng(5).standard_normal((16, 32)).astype(np.float32)
+    tile, mx = simulate_kernel(tile_and_hbm_outputs, x)
+    np.testing.assert_array_equal(tile, x * np.float32(3.0))
+    np.testing.assert_array_equal(mx, (x * np.float32(3.0)).max(axis=1, keepdims=True))
+
+
+@nki.jit
+def gather_pixels(img, where, n_valid: int):
+    """out[b, p] = img[b, where[p]] for p < n_valid: the HBM tensor indexed by an int, then a
+    [P, 1] tile of row indices (a gather), masked to the first n_valid entries."""
+    nb, rows, c = img.shape
+    out = nl.ndarray((nb, 128, c), dtype=img.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(c)[None, :]
+    idx = nl.load(where)
+    for b in nl.affine_range(nb):
+        got = nl.load(img[b, idx, i_f], mask=(i_p < n_valid))
+        nl.store(out[b, i_p, i_f], value=got, mask=(i_p < n_valid))
+    return out
+
+
+def test_int_then_tile_index_gather_with_mask():
+    rng = np.random.default_rng(6)
+    img = rng.standard_normal((2, 50, 8)).astype(np.float32)
+    where = np.concatenate([rng.integers(0, 50, 100), np.full(28, 1000)]).astype(np.int32).reshape(128, 1)
+    got = simulate_kernel(gather_pixels, img, where, 100)  # entries past 100 would be out of bounds
+    np.testing.assert_array_equal(got[:, :100], img[:, where[:100, 0]])
+
+
+@nki.jit
+def top8_of_left_half(x):
+    """max8 and nc_match_replace8 with the older mask= on their data: the left half's columns."""
+    p, f = x.shape
+    vals = nl.ndarray((p, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    rep = nl.ndarray((p, f // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:p, 0:f]
+    t = nl.load(x)
+    m = nisa.max8(src=t[ix, iy], mask=(iy < f // 2))
+    r = nisa.nc_match_replace8(data=t[ix, iy], vals=m, imm=-5.0, mask=(iy < f // 2))
+    nl.store(vals, m)
+    nl.store(rep, r[:, 0:f // 2])
+    return vals, rep
+
+
+def test_max8_and_match_replace8_honour_mask():
+    x = np.random.default_rng(7).permutation(32 * 64).reshape(32, 64).astype(np.float32)
+    vals, rep = simulate_kernel(top8_of_left_half, x)
+    left = x[:, :32]
+    want_vals = -np.sort(-left, axis=1)[:, :8]
+    np.testing.assert_array_equal(vals, want_vals)
+    want_rep = left.copy()
+    want_rep[left >= want_vals[:, 7:8]] = -5.0
+    np.testing.assert_array_equal(rep, want_rep)
+
+
+def test_mask_on_an_instruction_without_it_raises():
+    @nki.jit
+    def masked_memset(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(x.shape[0])[:, None]
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0, mask=(i_p < 2))
+        nl.store(out, t)
+        return out
+
+    with pytest.raises(NotImplementedError, match="memset: mask= is not supported"):
+        simulate_kernel(masked_memset, np.zeros((4, 4), np.float32))
+
+
+@nki.jit
+def transpose_in_sbuf(a):
+    """dma_transpose of an SBUF tile (SBUF -> SBUF), the older returning call."""
+    t = nisa.dma_transpose(nl.load(a))
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+def test_dma_transpose_of_an_sbuf_tile():
+    a = np.random.default_rng(8).standard_normal((16, 96)).astype(np.float16)
+    np.testing.assert_array_equal(simulate_kernel(transpose_in_sbuf, a), a.T)
