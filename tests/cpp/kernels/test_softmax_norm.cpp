@@ -34,6 +34,21 @@ TensorRef ref2(void* data, DType dt, int64_t r, int64_t c, int64_t rs, int64_t c
   return t;
 }
 
+// A contiguous fp32 [n, c, s] tensor (batch norm's layout).
+TensorRef ncs_f32(float* data, int64_t n, int64_t c, int64_t s) {
+  TensorRef t;
+  t.data = data;
+  t.dtype = DType::Float32;
+  t.ndim = 3;
+  t.sizes[0] = n;
+  t.sizes[1] = c;
+  t.sizes[2] = s;
+  t.strides[0] = c * s;
+  t.strides[1] = s;
+  t.strides[2] = 1;
+  return t;
+}
+
 TensorRef ref1(void* data, DType dt, int64_t n) {
   TensorRef t;
   t.data = data;
@@ -187,16 +202,7 @@ TEST(Norm, BatchNormTrainingStatistics) {
   auto x = random_vec(static_cast<size_t>(Nn * C * S), 8, 2.0f);
   std::vector<float> y(x.size()), sm(2), si(2), rm{0.5f, -0.5f}, rv{1.0f, 2.0f};
   BatchNormArgs a;
-  TensorRef in;
-  in.data = x.data();
-  in.dtype = DType::Float32;
-  in.ndim = 3;
-  in.sizes[0] = Nn;
-  in.sizes[1] = C;
-  in.sizes[2] = S;
-  in.strides[0] = C * S;
-  in.strides[1] = S;
-  in.strides[2] = 1;
+  TensorRef in = ncs_f32(x.data(), Nn, C, S);
   a.input = in;
   a.running_mean = ref1(rm.data(), DType::Float32, C);
   a.running_var = ref1(rv.data(), DType::Float32, C);
@@ -231,15 +237,7 @@ TEST(Norm, BatchNormVectorStatisticsMatchPortable) {
   for (float& v : x) v += 3.0f;  // a mean far from zero: the centered sums matter
   const auto dy = random_vec(total, 12);
   std::vector<float> w{0.5f, 1.5f, -2.0f}, b{0.1f, 0.2f, 0.3f};
-  TensorRef in;
-  in.dtype = DType::Float32;
-  in.ndim = 3;
-  in.sizes[0] = Nn;
-  in.sizes[1] = C;
-  in.sizes[2] = S;
-  in.strides[0] = C * S;
-  in.strides[1] = S;
-  in.strides[2] = 1;
+  const TensorRef in = ncs_f32(x.data(), Nn, C, S);
   std::vector<float> y[2], sm[2], si[2], gx[2], gw[2], gb[2];
   for (int pass = 0; pass < 2; ++pass) {
     set_simd_level(pass ? SimdLevel::Avx2 : SimdLevel::Portable);
@@ -251,7 +249,6 @@ TEST(Norm, BatchNormVectorStatisticsMatchPortable) {
     gb[pass].resize(C);
     BatchNormArgs a;
     a.input = in;
-    a.input.data = x.data();
     a.weight = ref1(w.data(), DType::Float32, C);
     a.bias = ref1(b.data(), DType::Float32, C);
     TensorRef out = in, g = in, gi = in;
