@@ -21,7 +21,6 @@ def rmsnorm_tkg(
     shard_on_h: bool = False,
     use_heap_memory: bool = False,
     sbm=None,
-    inp_layout=None,
 ):
     """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * gamma over the hidden dimension, fp32 statistics.
 
@@ -35,12 +34,11 @@ def rmsnorm_tkg(
             "(128, H/128)" view); True: h = f * 128 + p.
         single_core_forced, use_heap_memory, sbm: accepted for compatibility (allocation is
             automatic on neuron-emu).
-        shard_on_h, inp_layout: not supported.
+        shard_on_h: not supported.
 
     Returns: output.
     """
     kernel_assert(not shard_on_h, "rmsnorm_tkg: shard_on_h is not supported on neuron-emu")
-    kernel_assert(inp_layout is None, "rmsnorm_tkg: inp_layout is not supported on neuron-emu")
     if input.buffer == nl.sbuf:
         _, T, H1 = input.shape
         H = H1 * P
