@@ -147,7 +147,7 @@ class BufferManager(nl.NKIObject):
         self._check_fit("stack allocation", name, size)
         self.total_stack_allocs += 1
         self.max_stack_usage = max(self.max_stack_usage, self.stack_curr_addr - self.lower_bound)
-        return nl.ndarray(tuple(shape), dtype=dtype, buffer=buffer, name=self._name(name), address=addr)
+        return nl.ndarray(tuple(shape), dtype=dtype, buffer=buffer, name=self._name(name), address=(base_partition, addr))
 
     def alloc_heap(self, shape, dtype, buffer=nl.sbuf, name=None, base_partition: int = 0, align=None):
         kernel_assert(not _is_hbm(buffer), "SbufManager.alloc_heap: use alloc_hbm for HBM tensors")
@@ -165,7 +165,7 @@ class BufferManager(nl.NKIObject):
         self._check_fit("heap allocation", name, size)
         self.total_heap_allocs += 1
         self.max_heap_usage = max(self.max_heap_usage, self.upper_bound - self.heap_curr_addr)
-        return nl.ndarray(tuple(shape), dtype=dtype, buffer=buffer, name=self._name(name), address=addr)
+        return nl.ndarray(tuple(shape), dtype=dtype, buffer=buffer, name=self._name(name), address=(base_partition, addr))
 
     def pop_heap(self) -> None:
         """Frees the most recent heap allocation."""
