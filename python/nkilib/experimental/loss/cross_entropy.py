@@ -59,6 +59,19 @@ def _vocab_chunks(V: int, chunk_size: int) -> list:
     return out
 
 
+def _program_tiles(func: str, N: int, positions_per_batch: int) -> list:
+    """(first position, count) of the position tiles this program of the launch grid owns."""
+    _, n_prgs, prg_id = get_verified_program_sharding_info(func, (0, 1))
+    return [(pt.start, pt.size) for pt in chunks(N, positions_per_batch) if pt.index % n_prgs == prg_id]
+
+
+def _load_logits(logits_hbm, p0: int, ps: int, c0: int, cs: int, C: int):
+    """Logits of positions p0 .. p0 + ps, vocabulary columns c0 .. c0 + cs, into a [ps, C] tile."""
+    x = nl.ndarray((ps, C), logits_hbm.dtype, buffer=nl.sbuf, name="logits")
+    nisa.dma_copy(dst=x[:, 0:cs], src=logits_hbm[p0 : p0 + ps, c0 : c0 + cs])
+    return x
+
+
 def _load_column(src_hbm, p0: int, ps: int, name: str):
     """Rows p0 .. p0 + ps of a 1-D HBM vector as an fp32 [ps, 1] tile."""
     raw = nl.ndarray((ps, 1), src_hbm.dtype, buffer=nl.sbuf, name=name + "_raw")
@@ -108,14 +121,10 @@ def cross_entropy_forward(
     N, V = _validate("cross_entropy_forward", logits_hbm, targets_hbm, positions_per_batch, chunk_size, dtype)
     loss_hbm = nl.ndarray((N,), dtype=dtype, buffer=nl.shared_hbm, name="loss")
     lse_hbm = nl.ndarray((N,), dtype=dtype, buffer=nl.shared_hbm, name="lse")
-    _, n_prgs, prg_id = get_verified_program_sharding_info("cross_entropy_forward", (0, 1))
     f32 = nl.float32
     passes = _vocab_chunks(V, chunk_size)
     C = max(s for _, s in passes)
-    for pt in chunks(N, positions_per_batch):
-        if pt.index % n_prgs != prg_id:
-            continue
-        p0, ps = pt.start, pt.size
+    for p0, ps in _program_tiles("cross_entropy_forward", N, positions_per_batch):
         t_lo, t_hi = _target_bounds(targets_hbm, p0, ps)
         m = nl.ndarray((ps, 1), f32, buffer=nl.sbuf, name="run_max")
         nisa.memset(dst=m, value=NEG)
@@ -124,8 +133,7 @@ def cross_entropy_forward(
         tl = nl.ndarray((ps, 1), f32, buffer=nl.sbuf, name="target_logit")
         nisa.memset(dst=tl, value=NEG)
         for c0, cs in passes:
-            x = nl.ndarray((ps, C), logits_hbm.dtype, buffer=nl.sbuf, name="logits")
-            nisa.dma_copy(dst=x[:, 0:cs], src=logits_hbm[p0 : p0 + ps, c0 : c0 + cs])
+            x = _load_logits(logits_hbm, p0, ps, c0, cs, C)
             mx = nl.ndarray((ps, 1), f32, buffer=nl.sbuf, name="chunk_max")
             nisa.tensor_reduce(dst=mx, op=nl.maximum, data=x[:, 0:cs], axis=1)
             m_new = nl.ndarray((ps, 1), f32, buffer=nl.sbuf, name="new_max")
@@ -204,20 +212,15 @@ def cross_entropy_backward(
     else:
         grad_hbm = nl.ndarray((N, V), dtype=dtype, buffer=nl.shared_hbm, name="grad_logits")
     scale = 1.0 / N if reduction == "mean" else 1.0
-    _, n_prgs, prg_id = get_verified_program_sharding_info("cross_entropy_backward", (0, 1))
     f32 = nl.float32
     passes = _vocab_chunks(V, chunk_size)
     C = max(s for _, s in passes)
-    for pt in chunks(N, positions_per_batch):
-        if pt.index % n_prgs != prg_id:
-            continue
-        p0, ps = pt.start, pt.size
+    for p0, ps in _program_tiles("cross_entropy_backward", N, positions_per_batch):
         t_lo, _ = _target_bounds(targets_hbm, p0, ps)
         nlse = _load_column(lse_state_hbm, p0, ps, "lse")
         nisa.tensor_scalar(dst=nlse, data=nlse, op0=nl.multiply, operand0=-1.0)
         for c0, cs in passes:
-            x = nl.ndarray((ps, C), logits_hbm.dtype, buffer=nl.sbuf, name="logits")
-            nisa.dma_copy(dst=x[:, 0:cs], src=logits_hbm[p0 : p0 + ps, c0 : c0 + cs])
+            x = _load_logits(logits_hbm, p0, ps, c0, cs, C)
             prob = nl.ndarray((ps, C), f32, buffer=nl.sbuf, name="prob")
             nisa.activation(dst=prob[:, 0:cs], op=nl.exp, data=x[:, 0:cs], bias=nlse, scale=1.0)
             col = nl.ndarray((ps, C), f32, buffer=nl.sbuf, name="column")

@@ -9,7 +9,7 @@ import nki.language as nl
 from ...utils.common_types import NormType
 from ...utils.kernel_helpers import div_ceil, get_verified_program_sharding_info, shard_range
 from ...utils.tile_ops import P, chunks, load_row_broadcast, rmsnorm_tok, tok_to_hT
-from ..mlp_tkg.mlp_tkg import down_tok, gate_up_act, mlp_act_kwargs, mlp_weights
+from ..mlp_tkg.mlp_tkg import MlpIO, down_tok, gate_up_act
 
 CTE_TOKEN_BLOCK = 512  # tokens per gate/up pass in CTE (the matmul moving free size)
 
@@ -23,21 +23,10 @@ def mlp_cte(mlp_params, output_tensor_hbm, output_stored_add_tensor_hbm) -> None
     """
     params = mlp_params
     _, n_prgs, prg_id = get_verified_program_sharding_info("mlp", (0, 1), 2)
-    T = params.batch_size * params.sequence_len
-    H = params.hidden_size
-    w = mlp_weights(params)
-    cdt = w.dtype
-    odt = params.output_dtype
-    fused_add = params.fused_add_params.fused_add_tensor
-    x2 = params.hidden_tensor.reshape((T, H))
-    o2 = output_tensor_hbm.reshape((T, H))
-    a2 = fused_add.reshape((T, H)) if fused_add is not None else None
-    s2 = output_stored_add_tensor_hbm.reshape((T, H)) if output_stored_add_tensor_hbm is not None else None
-    norm_type = params.norm_params.normalization_type
-    norm = norm_type != NormType.NO_NORM
-    gamma = params.norm_params.normalization_weights_tensor if norm_type == NormType.RMS_NORM else None
-    down_bias = params.bias_params.down_proj_bias_tensor
-    act_kwargs = mlp_act_kwargs(params)
+    io = MlpIO(params, output_tensor_hbm, output_stored_add_tensor_hbm)
+    T, H, w, cdt, odt = io.T, io.H, io.w, io.cdt, io.odt
+    x2, o2, a2, s2, gamma = io.x2, io.o2, io.a2, io.s2, io.gamma
+    norm, down_bias, act_kwargs = io.norm_type != NormType.NO_NORM, io.down_bias, io.act_kwargs
 
     t_lo, t_hi = shard_range(T, n_prgs, prg_id, P)
     g_b = (

@@ -275,6 +275,28 @@ def mlp_act_kwargs(params) -> dict:
     }
 
 
+class MlpIO:
+    """What both MLP paths read off an MLPParameters and their outputs: the weights, dtypes,
+    and the [T, H] views of the input, the output, the residual and its stored sum."""
+
+    def __init__(self, params, output_tensor_hbm, output_stored_add_tensor_hbm):
+        self.T = params.batch_size * params.sequence_len
+        self.H = params.hidden_size
+        self.w = mlp_weights(params)
+        self.cdt, self.odt = self.w.dtype, params.output_dtype
+        fused_add = params.fused_add_params.fused_add_tensor
+        T, H = self.T, self.H
+        self.x2 = params.hidden_tensor.reshape((T, H))
+        self.o2 = output_tensor_hbm.reshape((T, H))
+        self.a2 = fused_add.reshape((T, H)) if fused_add is not None else None
+        s = output_stored_add_tensor_hbm
+        self.s2 = s.reshape((T, H)) if s is not None else None
+        self.norm_type = params.norm_params.normalization_type
+        self.gamma = params.norm_params.normalization_weights_tensor if self.norm_type == NormType.RMS_NORM else None
+        self.down_bias = params.bias_params.down_proj_bias_tensor
+        self.act_kwargs = mlp_act_kwargs(params)
+
+
 def mlp_tkg(params, output_tensor_hbm, output_stored_add_tensor_hbm, sbm=None) -> list:
     """The token-generation MLP (B*S <= 96 tokens in one tile): [residual add] -> [RMSNorm]
     -> gate/up + activation -> down, on hidden-transposed SBUF activations.
@@ -289,21 +311,11 @@ def mlp_tkg(params, output_tensor_hbm, output_stored_add_tensor_hbm, sbm=None) -
     Returns [out] or [out, fused_add_out].
     """
     _, n_prgs, prg_id = get_verified_program_sharding_info("mlp", (0, 1), 2)
-    B, S, H, I = params.batch_size, params.sequence_len, params.hidden_size, params.intermediate_size
-    T = B * S
-    w = mlp_weights(params)
-    cdt = w.dtype
-    odt = params.output_dtype
-    fused_add = params.fused_add_params.fused_add_tensor
-    x2 = params.hidden_tensor.reshape((T, H))
-    o2 = output_tensor_hbm.reshape((T, H))
-    a2 = fused_add.reshape((T, H)) if fused_add is not None else None
-    s2 = output_stored_add_tensor_hbm.reshape((T, H)) if output_stored_add_tensor_hbm is not None else None
+    io = MlpIO(params, output_tensor_hbm, output_stored_add_tensor_hbm)
+    T, H, I, w, cdt, odt = io.T, io.H, params.intermediate_size, io.w, io.cdt, io.odt
+    x2, o2, a2, s2, gamma = io.x2, io.o2, io.a2, io.s2, io.gamma
+    norm_type, down_bias, act_kwargs = io.norm_type, io.down_bias, io.act_kwargs
     outputs = [output_tensor_hbm] + ([output_stored_add_tensor_hbm] if s2 is not None else [])
-    norm_type = params.norm_params.normalization_type
-    gamma = params.norm_params.normalization_weights_tensor if norm_type == NormType.RMS_NORM else None
-    down_bias = params.bias_params.down_proj_bias_tensor
-    act_kwargs = mlp_act_kwargs(params)
 
     xT = load_hT(x2, cdt, name="xT")
     if a2 is not None:
