@@ -61,6 +61,10 @@ REAL_SIGNATURES = {
         "shard_on_h=False use_heap_memory=False sbm=None"
     ),
     "nkilib.core.cumsum:cumsum": "x axis=-1",
+    "nkilib.core.attention.attention_tkg:attention_tkg": (
+        "q k_active v_active k_prior=None v_prior=None mask=None out=None cfg=None sbm=None inv_freqs=None "
+        "rope_pos_ids=None start_pos_ids=None sink=None active_blocks_table=None k_out=None DBG_TENSORS=None"
+    ),
     "nkilib.core.rmsnorm.rmsnorm_quant:rmsnorm_quant_kernel": "hidden ln_w kargs input_dequant_scale=None",
     "nkilib.experimental.loss:cross_entropy_forward": "logits_hbm targets_hbm positions_per_batch=32 chunk_size=32768 dtype=bfloat16",
     "nkilib.experimental.loss:cross_entropy_backward": (
