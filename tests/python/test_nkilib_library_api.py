@@ -399,3 +399,20 @@ def test_torch_reference_semantics():
     loss, lse = cross_entropy_forward_torch_ref(x, t)
     assert torch.allclose(loss, lse - x[torch.arange(3), t])
     assert math.isclose(cumsum_torch_ref(x)["output_0"][1, -1].item(), x[1].sum().item(), rel_tol=1e-5)
+
+
+def test_rmsnorm_tkg_takes_tensor_views():
+    """The library passes TensorViews to rmsnorm_tkg: a view of the middle rows of a larger
+    input normalizes exactly as the same rows passed as a tensor."""
+    from nkilib.core.subkernels.rmsnorm_tkg import rmsnorm_tkg
+    from nkilib.core.subkernels.rmsnorm_torch import rmsnorm_tkg_torch
+
+    @nki.jit
+    def k(x, g):
+        out = nl.ndarray((128, 3, 2), x.dtype, buffer=nl.shared_hbm)
+        view = TensorView(x).slice(1, 2, 5)  # [1, 3, 256] of [1, 8, 256]
+        rmsnorm_tkg(input=view, gamma=TensorView(g), output=TensorView(out), eps=1e-6)
+        return out
+
+    x, g = torch.randn(1, 8, 256), torch.rand(1, 256) + 0.5
+    torch.testing.assert_close(k(x, g), rmsnorm_tkg_torch(x[:, 2:5].contiguous(), g, 1e-6, False), rtol=1e-5, atol=1e-5)

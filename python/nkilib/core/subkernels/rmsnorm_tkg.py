@@ -7,6 +7,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from ..utils.kernel_assert import kernel_assert
+from ..utils.tensor_view import TensorView
 from ..utils.tile_ops import P, rmsnorm_hT
 
 
@@ -25,7 +26,8 @@ def rmsnorm_tkg(
     """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * gamma over the hidden dimension, fp32 statistics.
 
     Args:
-        input: [B, S, H] in HBM, or [128, B*S, H // 128] in SBUF.
+        input: [B, S, H] in HBM, or [128, B*S, H // 128] in SBUF (input, gamma and output may
+            also be TensorViews, as in the library).
         gamma: [1, H] (or [H]) in HBM, or None for no scale.
         output: [128, B*S, H // 128] (SBUF or HBM).
         eps: epsilon.
@@ -39,6 +41,8 @@ def rmsnorm_tkg(
     Returns: output.
     """
     kernel_assert(not shard_on_h, "rmsnorm_tkg: shard_on_h is not supported on neuron-emu")
+    # the library passes TensorViews or tensors: a view is its access pattern
+    input, gamma, output = (t.get_view() if isinstance(t, TensorView) else t for t in (input, gamma, output))
     if input.buffer == nl.sbuf:
         _, T, H1 = input.shape
         H = H1 * P
