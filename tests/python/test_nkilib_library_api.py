@@ -416,3 +416,15 @@ def test_rmsnorm_tkg_takes_tensor_views():
 
     x, g = torch.randn(1, 8, 256), torch.rand(1, 256) + 0.5
     torch.testing.assert_close(k(x, g), rmsnorm_tkg_torch(x[:, 2:5].contiguous(), g, 1e-6, False), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_tkg_rejects_the_librarys_subkernel_interface():
+    """A library-style call (cfg, mask) fails with a message naming the argument and the layout."""
+    from nkilib.core.attention.attention_tkg import attention_tkg
+    from nkilib.core.attention.attention_tkg_utils import AttnTKGConfig
+
+    cfg = AttnTKGConfig(bs=1, q_head=2, s_active=1, curr_sprior=8, full_sprior=8, d_head=16)
+    assert cfg.enable_fa_s_prior_tiling and not cfg.qk_in_sb  # the library's defaults
+    q = torch.zeros(1, 2, 1, 16)
+    with pytest.raises(AssertionError, match="cfg is not supported on neuron-emu.*Hugging Face"):
+        attention_tkg(q=q, k_active=q[:, :1], v_active=q[:, :1], cfg=cfg)

@@ -319,7 +319,12 @@ def attention_tkg(
         ("k_out", k_out),
         ("DBG_TENSORS", DBG_TENSORS),
     ):
-        kernel_assert(v is None, f"attention_tkg: {name} is not supported on neuron-emu (use position_ids)")
+        kernel_assert(
+            v is None,
+            f"attention_tkg: {name} is not supported on neuron-emu: its attention_tkg takes the Hugging Face "
+            "layouts (q [B, Hq, S, d], caches [B, Hkv, S_max, d]) and masks by position_ids, not the "
+            "library's SBUF subkernel interface (AttnTKGConfig)",
+        )
     B, Hq, S, d = q.shape
     _, Hkv, Sa, dk = k_active.shape
     kernel_assert(
