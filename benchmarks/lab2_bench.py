@@ -160,7 +160,9 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "q_proj": linear(x, wq),
         "k_proj": linear(x, wk),
         "v_proj": linear(x, wv),
-        "rope": nki.estimate(rope_hf, q=q, k=kv, cos=cos, sin=cos).total_us,
+        "rope": nki.estimate(
+            rope_hf, q=q, k=kv, q_out=torch.empty_like(q), k_out=torch.empty_like(kv), cos=cos, sin=cos
+        ).total_us,
         "cache_write": nki.estimate(
             update_kv_cache, k_cache=kc, v_cache=kc, k=kv, v=kv, position_ids=pid
         ).total_us,
@@ -240,6 +242,8 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         X=x,
         RoPE_cos=torch.rand(Smax, d // 2),
         RoPE_sin=torch.rand(Smax, d // 2),
+        mask_cache=None,
+        mask_active=None,
         position_ids=pid,
         num_layers=L,
         weight_layout=OUT_IN,

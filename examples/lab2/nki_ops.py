@@ -101,7 +101,7 @@ def nki_rope(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate-half RoPE on q [B, Hq, S, D] and k [B, Hkv, S, D]; cos/sin [S, D/2] (the rows
     of this step's positions)."""
-    return rope_kernel(q=q, k=k, cos=cos, sin=sin)
+    return rope_kernel(q=q, k=k, q_out=torch.empty_like(q), k_out=torch.empty_like(k), cos=cos, sin=sin)
 
 
 @nki_op("nkilib::qkv_rope", mutates_args={})
@@ -213,6 +213,8 @@ def nki_transformer(
         V_caches=[v_cache[i] for i in range(L)],
         RoPE_cos=cos,
         RoPE_sin=sin,
+        mask_cache=None,  # generated in the kernel from position_ids
+        mask_active=None,
         position_ids=pos[:1].reshape(1, 1),
         num_layers=L,
         eps=eps,

@@ -15,7 +15,7 @@ import math
 import nki
 import pytest
 import torch
-from nkilib.core.utils.common_types import WeightLayout
+from nkilib.core.utils.common_types import QuantizationType, WeightLayout
 from nkilib.experimental.transformer.attention_block_tkg import attention_block_tkg
 from nkilib.experimental.transformer.transformer_tkg import transformer_tkg
 from nkilib.experimental.transformer.transformer_tkg_torch import transformer_tkg_torch
@@ -95,6 +95,8 @@ def test_transformer_tkg(dtype, cfg, gathered_rope):
             V_caches=Vv,
             RoPE_cos=cos,
             RoPE_sin=sin,
+            mask_cache=None,
+            mask_active=None,
             position_ids=pid,
             num_layers=L,
             eps=1e-5,
@@ -123,6 +125,9 @@ def test_transformer_tkg_is_not_decorated_and_checks_arguments():
             V_caches=[],
             RoPE_cos=torch.zeros(8, 16),
             RoPE_sin=torch.zeros(8, 16),
+            mask_cache=None,
+            mask_active=None,
+            position_ids=None,
             num_layers=0,
         )
 
@@ -134,7 +139,7 @@ def test_attention_block_tkg_matches_one_layer(dtype):
     B, S, H, Hq, Hkv, d, Smax = 1, 1, 512, 8, 8, 64, 256
     torch.manual_seed(1)
     X = torch.randn(B, S, H).to(dtype)
-    layers = make_layers(1, H, Hq, Hkv, d, 256, dtype, WeightLayout.OUT_IN)
+    layers = make_layers(1, H, Hq, Hkv, d, 256, dtype, WeightLayout.IN_OUT)
     layers["W_downs"] = [torch.zeros_like(layers["W_downs"][0])]
     Kc, Vc = torch.randn(B, Hkv, Smax, d).to(dtype), torch.randn(B, Hkv, Smax, d).to(dtype)
     ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
@@ -148,24 +153,100 @@ def test_attention_block_tkg_matches_one_layer(dtype):
         position_ids=pid,
         num_layers=1,
         eps=1e-6,
-        weight_layout=WeightLayout.OUT_IN,
+        weight_layout=WeightLayout.IN_OUT,
         **layers,
     )
     kc, vc = Kc.clone(), Vc.clone()
-    (out,) = attention_block_tkg(
-        X=X,
-        W_qkv=layers["W_qkvs"][0],
-        W_out=layers["W_outs"][0],
-        K_cache=kc,
-        V_cache=vc,
-        cos=ang.cos(),
-        sin=ang.sin(),
-        kv_cache_update_idx=pid,
-        rmsnorm_X_gamma=layers["W_gamma_qkvs"][0],
-        weight_layout=WeightLayout.OUT_IN,
+    out, k_ret, v_ret = attention_block_tkg(
+        **block_args(
+            X=X,
+            W_qkv=layers["W_qkvs"][0],
+            W_out=layers["W_outs"][0],
+            K_cache=kc,
+            V_cache=vc,
+            cos=ang.cos(),
+            sin=ang.sin(),
+            kv_cache_update_idx=pid,
+            rmsnorm_X_gamma=layers["W_gamma_qkvs"][0],
+        )
     )
-    close(X + out, ref, dtype)
+    assert out.shape == (B * S, H) and k_ret is kc and v_ret is vc
+    close(X + out.reshape(B, S, H), ref, dtype)
     close(kc, rk[0], dtype)
+
+
+def block_args(**kw):
+    """attention_block_tkg's required arguments with their no-feature values, as a library
+    caller passes them, updated with kw."""
+    args = dict(
+        X_hidden_dim_actual=None,
+        rmsnorm_X_enabled=True,
+        rmsnorm_X_eps=1e-6,
+        rmsnorm_X_gamma=None,
+        bias_qkv=None,
+        quantization_type_qkv=QuantizationType.NONE,
+        weight_dequant_scale_qkv=None,
+        input_dequant_scale_qkv=None,
+        rmsnorm_QK_pre_rope_enabled=False,
+        rmsnorm_QK_pre_rope_eps=0.0,
+        rmsnorm_QK_pre_rope_W_Q=None,
+        rmsnorm_QK_pre_rope_W_K=None,
+        rope_contiguous_layout=True,
+        rmsnorm_QK_post_rope_enabled=False,
+        rmsnorm_QK_post_rope_eps=0.0,
+        rmsnorm_QK_post_rope_W_Q=None,
+        rmsnorm_QK_post_rope_W_K=None,
+        K_cache_transposed=False,
+        active_blocks_table=None,
+        attention_mask=None,
+        sink=None,
+        update_cache=True,
+        bias_out=None,
+        quantization_type_out=QuantizationType.NONE,
+        weight_dequant_scale_out=None,
+        input_dequant_scale_out=None,
+        transposed_out=False,
+        out_in_sb=False,
+    )
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("dtype", [torch.float32])
+def test_attention_block_tkg_library_cache_layout_and_scale(dtype):
+    """The library's single-kv-head caches [B, S_max, d] and a softmax_scale: the same result as
+    the [B, 1, S_max, d] Hugging Face layout with the scale folded into W_q."""
+    B, S, H, Hq, d, Smax = 2, 1, 256, 4, 32, 64
+    torch.manual_seed(2)
+    X = torch.randn(B, S, H).to(dtype)
+    Wq, Wk, Wv = (torch.randn(H, n * d) / math.sqrt(H) for n in (Hq, 1, 1))
+    Wo = torch.randn(Hq * d, H) / math.sqrt(Hq * d)
+    Kc, Vc = torch.randn(B, Smax, d), torch.randn(B, Smax, d)
+    ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
+    pid = torch.tensor([[5], [30]], dtype=torch.int32)
+    common = dict(X=X, W_out=Wo, cos=ang.cos(), sin=ang.sin(), kv_cache_update_idx=pid, rmsnorm_X_enabled=False)
+    k3, v3 = Kc.clone(), Vc.clone()
+    out3, _, _ = attention_block_tkg(
+        **block_args(W_qkv=(Wq, Wk, Wv), K_cache=k3, V_cache=v3, softmax_scale=0.5, **common)
+    )
+    k4, v4 = Kc.clone().unsqueeze(1), Vc.clone().unsqueeze(1)
+    q_fold = 0.5 * math.sqrt(d)  # scale 0.5 == default 1/sqrt(d) with q scaled by 0.5 * sqrt(d)
+    out4, _, _ = attention_block_tkg(
+        **block_args(W_qkv=(Wq * q_fold, Wk, Wv), K_cache=k4, V_cache=v4, **common)
+    )
+    torch.testing.assert_close(out3, out4, rtol=1e-4, atol=1e-4)  # fp32, rounding of the q fold
+    torch.testing.assert_close(k3, k4.squeeze(1), rtol=0, atol=0)
+    assert not torch.equal(k3, Kc)  # the cache was written
+
+
+def test_attention_block_tkg_rejects_unsupported_features():
+    args = block_args(X=torch.randn(1, 1, 128), W_qkv=torch.zeros(128, 3 * 32), W_out=torch.zeros(32, 128),
+                      K_cache=torch.zeros(1, 8, 32), V_cache=torch.zeros(1, 8, 32), cos=torch.zeros(16, 1, 1),
+                      sin=torch.zeros(16, 1, 1), kv_cache_update_idx=torch.zeros(1, 1, dtype=torch.int32))
+    with pytest.raises(AssertionError, match="attention_mask is not supported"):
+        attention_block_tkg(**{**args, "attention_mask": torch.zeros(8, 1, 1, 1)})
+    with pytest.raises(AssertionError, match="update_cache=True"):
+        attention_block_tkg(**{**args, "update_cache": False})
 
 
 def test_megakernel_estimate_beats_separate_kernels():
@@ -190,6 +271,8 @@ def test_megakernel_estimate_beats_separate_kernels():
         X=X,
         RoPE_cos=ang,
         RoPE_sin=ang,
+        mask_cache=None,
+        mask_active=None,
         position_ids=pid,
         num_layers=L,
         weight_layout=WeightLayout.OUT_IN,
@@ -237,6 +320,8 @@ def test_megakernel_norms_share_one_ones_matrix():
         V_caches=[torch.randn(B, Hkv, Smax, d).to(torch.bfloat16) for _ in range(L)],
         RoPE_cos=torch.rand(Smax, d // 2),
         RoPE_sin=torch.rand(Smax, d // 2),
+        mask_cache=None,
+        mask_active=None,
         position_ids=torch.tensor([[5]], dtype=torch.int32),
         num_layers=L,
         eps=1e-5,

@@ -11,4 +11,6 @@ real library::
     from nkilib.core.attention.attention_tkg import attention_tkg
     from nkilib.core.output_projection.output_projection_cte import output_projection_cte
     from nkilib.core.output_projection.output_projection_tkg import output_projection_tkg
+    from nkilib.core.cumsum import cumsum
+    from nkilib.core.rmsnorm.rmsnorm_quant import rmsnorm_quant_kernel
 """

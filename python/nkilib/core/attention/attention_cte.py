@@ -22,6 +22,15 @@ def _shape_qkv(q, k, v, tp_q, tp_k):
     return bs, sq, d, bs_kv, skv, dk
 
 
+def _load_bound(bound, q0: int, qs: int, name: str):
+    """Rows q0 .. q0 + qs of an int32 [seqlen_q, 1] bound, as fp32 [qs, 1] (range_select's bounds)."""
+    bi = nl.ndarray((qs, 1), nl.int32, buffer=nl.sbuf, name=name + "_i")
+    nisa.dma_copy(dst=bi, src=bound[q0 : q0 + qs, :])
+    bf = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name=name)
+    nisa.tensor_copy(dst=bf, src=bi)
+    return bf
+
+
 @nki.jit
 def attention_cte(
     q,
@@ -39,9 +48,12 @@ def attention_cte(
     tp_out: bool = False,
     cache_softmax: bool = False,
     softmax_dtype=nl.float32,
+    mm_out_dtype=nl.float32,
     cp_offset=None,
     global_cp_deg=None,
     cp_strided_q_slicing: bool = False,
+    bound_min=None,
+    bound_max=None,
 ):
     """softmax(scale * q @ k^T [masked]) @ v for each of `batch_size` sequences (heads are part
     of the batch dimension).
@@ -59,6 +71,10 @@ def attention_cte(
         tp_out: output [batch_size, d, seqlen_q] instead of [batch_size, seqlen_q, d].
         sink, sliding_window, cache_softmax, cp_offset, global_cp_deg: not supported.
         softmax_dtype: float32 only.
+        mm_out_dtype: the matmul (PSUM) dtype: float32 (bfloat16 needs NeuronCore-v4).
+        bound_min, bound_max: sequence packing: int32 [seqlen_q, 1]; query i sees only keys j
+            with bound_min[i] <= j < bound_max[i] (and j <= i with causal_mask). Not with
+            prefix caching.
 
     A launch grid splits the (sequence, 128-query tile) work items between the programs.
 
@@ -71,6 +87,14 @@ def attention_cte(
         cp_offset is None and global_cp_deg is None, "attention_cte: context parallelism is not supported"
     )
     kernel_assert(softmax_dtype == nl.float32, "attention_cte: softmax_dtype must be float32")
+    kernel_assert(
+        mm_out_dtype == nl.float32,
+        f"attention_cte: mm_out_dtype {mm_out_dtype} must be float32 (bfloat16 PSUM needs NeuronCore-v4)",
+    )
+    kernel_assert(
+        (bound_min is None) == (bound_max is None), "attention_cte: bound_min and bound_max go together"
+    )
+    packed = bound_min is not None
     bs, sq, d, bs_kv, skv, dk = _shape_qkv(q, k, v, tp_q, tp_k)
     kernel_assert(
         d == dk and tuple(v.shape) == (bs_kv, skv, d),
@@ -90,6 +114,12 @@ def attention_cte(
             bpk == bs_kv and dpk == d and tuple(v_prior.shape) == (bs_kv, sp, d),
             f"attention_cte: k_prior {k_prior.shape} / v_prior {v_prior.shape} do not match k/v",
         )
+    if packed:
+        kernel_assert(
+            tuple(bound_min.shape) == (sq, 1) and tuple(bound_max.shape) == (sq, 1),
+            f"attention_cte: bound_min {bound_min.shape} / bound_max {bound_max.shape} must be ({sq}, 1)",
+        )
+        kernel_assert(not prefix, "attention_cte: sequence packing (bound_min/max) is not supported with prefix caching")
     group = bs // bs_kv
     cdt = compute_dtype(q.dtype)
     out = nl.ndarray(
@@ -117,6 +147,10 @@ def attention_cte(
         nisa.memset(dst=acc, value=0.0)
         zero = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="zero")
         nisa.memset(dst=zero, value=0.0)
+        if packed:
+            # per-row key range [bound_min, bound_max), intersected with the causal bound
+            zero = _load_bound(bound_min, q0, qs, "bound_lo")
+            pk_hi = _load_bound(bound_max, q0, qs, "bound_hi")
         tiles = []
         if prefix:
             plen_i = nl.ndarray((qs, 1), nl.int32, buffer=nl.sbuf, name="plen_i")
@@ -135,9 +169,11 @@ def attention_cte(
             nisa.iota(dst=rowi, pattern=[[0, 1]], offset=q0 + 1, channel_multiplier=1)
             chi = nl.ndarray((qs, 1), nl.float32, buffer=nl.sbuf, name="causal_hi")
             nisa.tensor_copy(dst=chi, src=rowi)
+            if packed:
+                nisa.tensor_tensor(dst=chi, data1=chi, data2=pk_hi, op=nl.minimum)
             tiles += [("active", kt, chi) for kt in chunks(skv, FMAX) if kt.start <= q0 + qs - 1]
         else:
-            tiles += [("active", kt, None) for kt in chunks(skv, FMAX)]
+            tiles += [("active", kt, pk_hi if packed else None) for kt in chunks(skv, FMAX)]
         for seg, kt, hi in tiles:
             kk, vv = (k_prior, v_prior) if seg == "prior" else (k, v)
             k0, ks = kt.start, kt.size
@@ -149,7 +185,7 @@ def attention_cte(
             s_ps = nl.ndarray((qs, FMAX), nl.float32, buffer=nl.psum, name="s_ps")
             nisa.nc_matmul(dst=s_ps[:, 0:ks], stationary=qT, moving=kT[:, 0:ks], accumulate=False)
             s = nl.ndarray((qs, FMAX), nl.float32, buffer=nl.sbuf, name="s")
-            full_visible = hi is None or (seg == "active" and k0 + ks - 1 <= q0)
+            full_visible = hi is None or (seg == "active" and k0 + ks - 1 <= q0 and not packed)
             if full_visible:
                 nisa.tensor_copy(dst=s[:, 0:ks], src=s_ps[:, 0:ks])
             else:

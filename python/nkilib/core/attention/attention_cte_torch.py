@@ -17,6 +17,8 @@ def attention_cte_torch(
     tp_q: bool = True,
     tp_k: bool = False,
     tp_out: bool = False,
+    bound_min=None,
+    bound_max=None,
 ):
     qf = q.float() if tp_q else q.float().transpose(1, 2)  # [bs, sq, d]
     kf = k.float() if tp_k else k.float().transpose(1, 2)  # [bs_kv, skv, d]
@@ -35,5 +37,9 @@ def attention_cte_torch(
         keep = torch.ones(sq, sk - n, dtype=torch.bool).tril()
         keep = torch.cat([torch.ones(sq, n, dtype=torch.bool), keep], 1)
         s = s.masked_fill(~keep, float("-inf"))
+    if bound_min is not None:  # sequence packing: query i sees keys j in [bound_min[i], bound_max[i])
+        j = torch.arange(sk)
+        lo, hi = bound_min.reshape(sq, 1).long(), bound_max.reshape(sq, 1).long()
+        s = s.masked_fill((j < lo) | (j >= hi), float("-inf"))
     o = torch.softmax(s, -1) @ vf
     return o.transpose(1, 2) if tp_out else o

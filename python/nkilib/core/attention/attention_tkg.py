@@ -278,6 +278,8 @@ def attention_tkg(
     sink=None,
     active_blocks_table=None,
     k_out=None,
+    DBG_TENSORS=None,
+    *,
     position_ids=None,
     scale=None,
     update_cache: bool = False,
@@ -297,7 +299,8 @@ def attention_tkg(
         update_cache: also write k_active/v_active into the caches at position_ids (in place).
         out: optional output [B, Hq, S_active, d].
         mask, cfg, sbm, inv_freqs, rope_pos_ids, start_pos_ids, sink, active_blocks_table,
-        k_out: the library's SBUF/fused-RoPE/block-KV options; not supported (None).
+        k_out, DBG_TENSORS: the library's SBUF/fused-RoPE/block-KV/debug options; not
+            supported (None). position_ids, scale, update_cache are keyword-only.
 
     Key j of the prior is visible iff j < position_ids[b]; active token j' of the same
     sequence is visible to active query s iff j' <= s. Requires Hq * S_active <= 128,
@@ -314,8 +317,14 @@ def attention_tkg(
         ("sink", sink),
         ("active_blocks_table", active_blocks_table),
         ("k_out", k_out),
+        ("DBG_TENSORS", DBG_TENSORS),
     ):
-        kernel_assert(v is None, f"attention_tkg: {name} is not supported on neuron-emu (use position_ids)")
+        kernel_assert(
+            v is None,
+            f"attention_tkg: {name} is not supported on neuron-emu: its attention_tkg takes the Hugging Face "
+            "layouts (q [B, Hq, S, d], caches [B, Hkv, S_max, d]) and masks by position_ids, not the "
+            "library's SBUF subkernel interface (AttnTKGConfig)",
+        )
     B, Hq, S, d = q.shape
     _, Hkv, Sa, dk = k_active.shape
     kernel_assert(

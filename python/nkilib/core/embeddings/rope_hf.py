@@ -12,14 +12,13 @@ from ..utils.tile_ops import chunks, rope_tok
 
 
 @nki.jit
-def rope_hf(q, k, q_out=None, k_out=None, cos=None, sin=None, rope_cache=None, backward: bool = False):
+def rope_hf(q, k, q_out, k_out, cos=None, sin=None, rope_cache=None, backward: bool = False):
     """Applies rotary position embeddings to q and k: x * cos + rotate_half(x) * sin, with
     rotate_half([x1, x2]) = [-x2, x1] (fp32 math, one rounding to the output dtype).
 
     Args:
         q: [B, Hq, S, d] in HBM; k: [B, Hkv, S, d].
-        q_out, k_out: outputs of the same shapes (written in place and returned); when None
-            (neuron-emu extension) the kernel allocates them.
+        q_out, k_out: HBM outputs of the same shapes (written and returned).
         cos, sin: [S_total, d] or [B, S_total, d] with S_total >= S (rows 0..S-1 are used).
             neuron-emu also takes half tables [.., d/2] (Llama's: both halves share them).
         rope_cache: [.., 2 * d] packed (cos | sin) instead of cos and sin.
@@ -57,13 +56,12 @@ def rope_hf(q, k, q_out=None, k_out=None, cos=None, sin=None, rope_cache=None, b
         f"rope_hf: cos/sin shape {table_shape} must be [S, d] or [B={B}, S, d]",
     )
     kernel_assert(table_shape[-2] >= S, f"rope_hf: cos/sin have {table_shape[-2]} positions, q has {S}")
-    if q_out is None:
-        q_out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm, name="q_out")
-    if k_out is None:
-        k_out = nl.ndarray(k.shape, dtype=k.dtype, buffer=nl.shared_hbm, name="k_out")
     kernel_assert(
-        tuple(q_out.shape) == tuple(q.shape) and tuple(k_out.shape) == tuple(k.shape),
-        "rope_hf: output shapes",
+        q_out is not None
+        and k_out is not None
+        and tuple(q_out.shape) == tuple(q.shape)
+        and tuple(k_out.shape) == tuple(k.shape),
+        f"rope_hf: q_out/k_out must be given with the shapes of q {q.shape} and k {k.shape}",
     )
     _, n_prgs, prg_id = get_verified_program_sharding_info("rope_hf", (0, 1), 8)
 

@@ -4,33 +4,14 @@ down projection, with a token-generation (TKG) and a context-encoding (CTE) path
 from __future__ import annotations
 
 import nki
-import nki.isa as nisa
 import nki.language as nl
 
 from ..utils.common_types import ActFnType, NormType, QuantizationType, WeightLayout
 from ..utils.kernel_assert import kernel_assert
-from ..utils.kernel_helpers import div_ceil, get_verified_program_sharding_info, shard_range
-from ..utils.tile_ops import (
-    P,
-    chunks,
-    compute_dtype,
-    load_hT,
-    load_row_broadcast,
-    load_vec_T,
-    rmsnorm_hT,
-    rmsnorm_tok,
-    store_hT,
-    tok_to_hT,
-    weight_dims,
-)
-from .mlp_tkg import MlpWeights, down_tok, down_tok_lnc2, gate_up_act
-
-TKG_BS_SEQLEN_THRESHOLD = 96  # B*S at or below this runs the TKG path
-CTE_TOKEN_BLOCK = 512  # tokens per gate/up pass in CTE (the matmul moving free size)
-
-
-def is_mlp_tkg(bxs: int, force_cte_mode: bool) -> bool:
-    return bxs <= TKG_BS_SEQLEN_THRESHOLD and not force_cte_mode
+from ..utils.tile_ops import weight_dims
+from .mlp_cte.mlp_cte import mlp_cte
+from .mlp_parameters import MLPParameters, is_mlp_tkg
+from .mlp_tkg.mlp_tkg import mlp_tkg
 
 
 @nki.jit
@@ -67,6 +48,8 @@ def mlp(
     up_clamp_upper_limit=None,
     up_clamp_lower_limit=None,
     force_cte_mode: bool = False,
+    sbm=None,
+    *,
     weight_layout: WeightLayout = WeightLayout.IN_OUT,
 ) -> list:
     """MLP: out = down(act(gate(x')) * up(x')) with x' = norm(x [+ fused_add]).
@@ -91,6 +74,9 @@ def mlp(
         store_output_in_sbuf: only False for a kernel launch (the SBUF form is the subkernel
             nkilib.core.mlp.mlp_tkg).
         use_tkg_*: tiling hints, accepted for compatibility.
+        sbm: the library's SBUF manager (accepted; neuron-emu's allocator places the tiles).
+        weight_layout (keyword only, neuron-emu extension): WeightLayout.OUT_IN for nn.Linear
+            weights.
 
     Paths: TKG (B*S <= 96) keeps the whole token batch in one tile; CTE processes blocks of
     512 tokens. With a launch grid (``mlp[2](...)``, LNC=2) the TKG path splits the
@@ -159,90 +145,39 @@ def mlp(
         "mlp: store_fused_add_result needs fused_add_tensor",
     )
 
-    _, n_prgs, prg_id = get_verified_program_sharding_info("mlp", (0, 1), 2)
-    T = B * S
-    cdt = compute_dtype(hidden_tensor.dtype)
-    odt = output_dtype or hidden_tensor.dtype
-    out = nl.ndarray((B, S, H), dtype=odt, buffer=nl.shared_hbm, name="output_tensor_hbm")
-    outputs = [out]
+    params = MLPParameters(
+        hidden_tensor=hidden_tensor,
+        gate_proj_weights_tensor=gate_proj_weights_tensor,
+        up_proj_weights_tensor=up_proj_weights_tensor,
+        down_proj_weights_tensor=down_proj_weights_tensor,
+        normalization_weights_tensor=normalization_weights_tensor,
+        gate_proj_bias_tensor=gate_proj_bias_tensor,
+        up_proj_bias_tensor=up_proj_bias_tensor,
+        down_proj_bias_tensor=down_proj_bias_tensor,
+        normalization_bias_tensor=normalization_bias_tensor,
+        fused_add_tensor=fused_add_tensor,
+        store_fused_add_result=store_fused_add_result,
+        activation_fn=activation_fn,
+        normalization_type=normalization_type,
+        quantization_type=quantization_type,
+        output_dtype=output_dtype,
+        store_output_in_sbuf=store_output_in_sbuf,
+        eps=eps,
+        skip_gate_proj=skip_gate_proj,
+        gate_clamp_lower_limit=gate_clamp_lower_limit,
+        gate_clamp_upper_limit=gate_clamp_upper_limit,
+        up_clamp_lower_limit=up_clamp_lower_limit,
+        up_clamp_upper_limit=up_clamp_upper_limit,
+        force_cte_mode=force_cte_mode,
+        weight_layout=weight_layout,
+    )
+    out = nl.ndarray((B, S, H), dtype=params.output_dtype, buffer=nl.shared_hbm, name="output_tensor_hbm")
     add_out = None
     if store_fused_add_result:
         add_out = nl.ndarray(
             (B, S, H), dtype=hidden_tensor.dtype, buffer=nl.shared_hbm, name="output_stored_add_tensor_hbm"
         )
-        outputs.append(add_out)
-    w = MlpWeights(
-        gate_proj_weights_tensor,
-        up_proj_weights_tensor,
-        down_proj_weights_tensor,
-        weight_layout,
-        H,
-        I,
-        cdt,
-        skip_gate=skip_gate_proj,
-    )
-    gamma = normalization_weights_tensor if normalization_type == NormType.RMS_NORM else None
-    act_kwargs = {
-        "activation_fn": activation_fn,
-        "gate_bias": gate_proj_bias_tensor,
-        "up_bias": up_proj_bias_tensor,
-        "gate_clamp": (gate_clamp_lower_limit, gate_clamp_upper_limit),
-        "up_clamp": (up_clamp_lower_limit, up_clamp_upper_limit),
-    }
-    x2 = hidden_tensor.reshape((T, H))
-    o2 = out.reshape((T, H))
-    a2 = fused_add_tensor.reshape((T, H)) if fused_add_tensor is not None else None
-    s2 = add_out.reshape((T, H)) if add_out is not None else None
-    norm = normalization_type != NormType.NO_NORM
-
-    if is_mlp_tkg(T, force_cte_mode):
-        xT = load_hT(x2, cdt, name="xT")
-        if a2 is not None:
-            aT = load_hT(a2, cdt, name="addT")
-            nisa.tensor_tensor(dst=xT, data1=xT, data2=aT, op=nl.add)
-            if s2 is not None and prg_id == 0:
-                store_hT(s2, xT)
-        if norm:
-            gT = load_vec_T(gamma, H, nl.float32, name="gammaT") if gamma is not None else None
-            xT = rmsnorm_hT(xT, H, T, gT, eps, cdt)
-        if n_prgs == 1:
-            actT = gate_up_act(xT, T, w, **act_kwargs)
-            down_tok(actT, T, w, o2, 0, H, down_proj_bias_tensor, odt)
-            return outputs
-        # LNC=2: each core computes gate/up for its half of the intermediate columns and the
-        # down projection's partial sums over that half (reading half of every weight); the
-        # partial sums are combined across the cores.
-        i0, i1 = shard_range(I, n_prgs, prg_id, P)
-        actT = gate_up_act(xT, T, w, i0=i0, i1=i1, **act_kwargs)
-        down_tok_lnc2(actT, T, w, o2, i0, i1, prg_id, down_proj_bias_tensor, odt)
-        return outputs
-
-    # CTE: blocks of up to 512 tokens for gate/up (the moving free size), 128-token tiles for
-    # loads, normalization and the down projection.
-    t_lo, t_hi = shard_range(T, n_prgs, prg_id, P)
-    g_b = (
-        load_row_broadcast(gamma, H, min(P, max(1, t_hi - t_lo)), nl.float32, name="gamma")
-        if gamma is not None
-        else None
-    )
-    for blk in chunks(t_hi - t_lo, CTE_TOKEN_BLOCK):
-        b0 = t_lo + blk.start
-        xT = nl.ndarray((P, div_ceil(H, P), blk.size), cdt, buffer=nl.sbuf, name="xT")
-        for sub in chunks(blk.size):
-            r0, ts = b0 + sub.start, sub.size
-            xs = nl.ndarray((ts, H), cdt, buffer=nl.sbuf, name="x")
-            nisa.dma_copy(dst=xs, src=x2[r0 : r0 + ts, :])
-            if a2 is not None:
-                xa = nl.ndarray((ts, H), cdt, buffer=nl.sbuf, name="x_add")
-                nisa.dma_copy(dst=xa, src=a2[r0 : r0 + ts, :])
-                nisa.tensor_tensor(dst=xs, data1=xs, data2=xa, op=nl.add)
-                if s2 is not None:
-                    nisa.dma_copy(dst=s2[r0 : r0 + ts, :], src=xs)
-            if norm:
-                xn = nl.ndarray((ts, H), cdt, buffer=nl.sbuf, name="xn")
-                rmsnorm_tok(xs, ts, H, g_b[0:ts, :] if g_b is not None else None, eps, xn)
-                xs = xn
-            tok_to_hT(xs, ts, H, dst=xT, col0=sub.start)
-        actT = gate_up_act(xT, blk.size, w, **act_kwargs)
-        down_tok(actT, blk.size, w, o2[b0 : b0 + blk.size, :], 0, H, down_proj_bias_tensor, odt)
-    return outputs
+    if is_mlp_tkg(params):
+        return mlp_tkg(params, out, add_out, sbm=sbm)
+    mlp_cte(params, out, add_out)
+    return [out] + ([add_out] if add_out is not None else [])

@@ -43,23 +43,24 @@ def output_projection_tkg(
     input_scale=None,
     TRANSPOSE_OUT: bool = False,
     OUT_IN_SB: bool = False,
-    weight_layout: WeightLayout = WeightLayout.IN_OUT,
+    sbm=None,
 ):
     """out = attention @ weight (+ bias) for decode-size token counts.
 
     Args:
         attention: [D, B, N, S] (indexing [d, b, n, s]), D <= 128, B * S <= 128.
-        weight: [N * D, H] (row n * D + d), or [H, N * D] with weight_layout=OUT_IN
-            (nn.Linear.weight, neuron-emu extension).
+        weight: [N * D, H] (row n * D + d).
         bias: [1, H].
         TRANSPOSE_OUT: output [128, LNC, H // (128 * LNC), B * S] with
             h = h0 * 128 * H2 + h1 * H2 + h2 (indexing [h1, h0, h2, b * S + s]) instead of
             [B * S, H].
         quantization_type: NONE only; OUT_IN_SB: False only (kernel outputs are HBM tensors).
+        sbm: the library's SBUF manager (accepted; neuron-emu's allocator places the tiles).
 
     A launch grid splits H between the programs.
     Returns: the output in HBM.
     """
+    weight_layout = WeightLayout.IN_OUT
     kernel_assert(
         quantization_type == QuantizationType.NONE and weight_scale is None and input_scale is None,
         "output_projection_tkg: quantization is not supported on neuron-emu",

@@ -68,7 +68,7 @@ def qkv(
     sbm=None,
     use_auto_allocation: bool = False,
     load_input_with_DMA_transpose: bool = True,
-    is_input_swizzled: bool = False,
+    is_h_dim_4h_transposed: bool = False,
     weight_layout=QKVWeightLayout.CONTIGUOUS,
 ):
     """QKV projection with optional fused residual add, RMSNorm, bias and RoPE.
@@ -89,8 +89,8 @@ def qkv(
             [B, S, d_head] ([S, d_head] or half-width tables also accepted); needs d_head,
             num_q_heads, num_kv_heads.
         quantization_type, k_cache/v_cache (FP8 KV quantization), block KV, store_output_in_sbuf,
-        is_input_swizzled: not supported. sbm, use_auto_allocation,
-        load_input_with_DMA_transpose: accepted (allocation is automatic).
+        is_h_dim_4h_transposed (the MX-quantized 4-way H layout): not supported. sbm,
+        use_auto_allocation, load_input_with_DMA_transpose: accepted (allocation is automatic).
 
     Returns: the projection in output_layout (dtype of input).
     """
@@ -109,7 +109,7 @@ def qkv(
     ):
         kernel_assert(v is None, f"qkv: {name} is not supported on neuron-emu")
     kernel_assert(
-        not use_block_kv and not store_output_in_sbuf and not is_input_swizzled,
+        not use_block_kv and not store_output_in_sbuf and not is_h_dim_4h_transposed,
         "qkv: block KV, SBUF output and swizzled input are not supported on neuron-emu",
     )
     kernel_assert(

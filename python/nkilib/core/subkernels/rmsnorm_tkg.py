@@ -7,6 +7,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from ..utils.kernel_assert import kernel_assert
+from ..utils.tensor_view import TensorView
 from ..utils.tile_ops import P, rmsnorm_hT
 
 
@@ -21,12 +22,12 @@ def rmsnorm_tkg(
     shard_on_h: bool = False,
     use_heap_memory: bool = False,
     sbm=None,
-    inp_layout=None,
 ):
     """RMSNorm(x) = x / sqrt(mean(x^2) + eps) * gamma over the hidden dimension, fp32 statistics.
 
     Args:
-        input: [B, S, H] in HBM, or [128, B*S, H // 128] in SBUF.
+        input: [B, S, H] in HBM, or [128, B*S, H // 128] in SBUF (input, gamma and output may
+            also be TensorViews, as in the library).
         gamma: [1, H] (or [H]) in HBM, or None for no scale.
         output: [128, B*S, H // 128] (SBUF or HBM).
         eps: epsilon.
@@ -35,12 +36,13 @@ def rmsnorm_tkg(
             "(128, H/128)" view); True: h = f * 128 + p.
         single_core_forced, use_heap_memory, sbm: accepted for compatibility (allocation is
             automatic on neuron-emu).
-        shard_on_h, inp_layout: not supported.
+        shard_on_h: not supported.
 
     Returns: output.
     """
     kernel_assert(not shard_on_h, "rmsnorm_tkg: shard_on_h is not supported on neuron-emu")
-    kernel_assert(inp_layout is None, "rmsnorm_tkg: inp_layout is not supported on neuron-emu")
+    # the library passes TensorViews or tensors: a view is its access pattern
+    input, gamma, output = (t.get_view() if isinstance(t, TensorView) else t for t in (input, gamma, output))
     if input.buffer == nl.sbuf:
         _, T, H1 = input.shape
         H = H1 * P

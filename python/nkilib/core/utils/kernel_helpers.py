@@ -13,10 +13,6 @@ def div_ceil(n: int, d: int) -> int:
     return (n + d - 1) // d
 
 
-def align_to(n: int, a: int) -> int:
-    return div_ceil(n, a) * a
-
-
 def get_program_sharding_info() -> tuple[int, int, int]:
     """(grid ndim, number of programs on axis 0, this program's id) of the current launch."""
     ndim = nl.program_ndim()
@@ -25,12 +21,19 @@ def get_program_sharding_info() -> tuple[int, int, int]:
     return ndim, nl.num_programs(0), nl.program_id(0)
 
 
-def get_verified_program_sharding_info(kernel_name: str = "kernel", allowed_ndims=(0, 1), max_programs=2):
-    """Like get_program_sharding_info, checking the grid is one a kernel supports (LNC: 1 or 2
-    programs on one axis)."""
+def get_verified_program_sharding_info(kernel_name: str = "", allowed_ndims=None, max_sharding=None):
+    """Like get_program_sharding_info, checking the grid is one the kernel supports: its number
+    of axes in `allowed_ndims` and at most `max_sharding` programs on axis 0 (None: no check)."""
     ndim, n, pid = get_program_sharding_info()
-    kernel_assert(ndim in allowed_ndims, f"{kernel_name}: launch grid with {ndim} axes is not supported")
-    kernel_assert(n <= max_programs, f"{kernel_name}: at most {max_programs} programs (LNC), got {n}")
+    name = kernel_name or "kernel"
+    kernel_assert(
+        allowed_ndims is None or ndim in tuple(allowed_ndims),
+        f"{name}: launch grid with {ndim} axes is not supported (allowed: {allowed_ndims})",
+    )
+    kernel_assert(
+        max_sharding is None or n <= max_sharding,
+        f"{name}: at most {max_sharding} programs (LNC), got {n}",
+    )
     return ndim, n, pid
 
 

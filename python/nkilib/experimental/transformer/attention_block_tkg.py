@@ -17,7 +17,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from ...core.attention.attention_tkg import attention_decode_sbuf, heads_to_T, write_kv_cache
-from ...core.utils.common_types import QKVWeightLayout, QuantizationType, WeightLayout
+from ...core.utils.common_types import QuantizationType, WeightLayout
 from ...core.utils.kernel_assert import kernel_assert
 from ...core.utils.tile_ops import (
     FMAX,
@@ -103,10 +103,12 @@ def attention_block_hT(
     update_cache: bool,
     cdt,
     ones=None,
+    scale=None,
 ):
     """One attention block on the hT residual [128, KH, B*S]; returns the block output in hT
     layout (rounded to cdt, as a bf16 nn.Linear output would be). ones: the RMSNorm's ones
-    matrix when the caller shares one (tile_ops.ones_matrix), else None."""
+    matrix when the caller shares one (tile_ops.ones_matrix), else None. scale: the softmax
+    scale (None: 1/sqrt(d))."""
     H, Hq, Hkv, d = spec.H, spec.Hq, spec.Hkv, spec.d
     T = B * S
     xn = rmsnorm_hT(resT, H, T, gammaT, eps, cdt, name="attn_norm", ones=ones) if gammaT is not None else resT
@@ -127,7 +129,8 @@ def attention_block_hT(
     qT = heads_to_T(qk[:, 0 : Hq * d], T, Hq, d, "qT")
     kT = heads_to_T(k_tok, T, Hkv, d, "kT")
     attnT = attention_decode_sbuf(
-        qT, kT, v_tok, B, S, Hq, Hkv, d, 1.0 / math.sqrt(d), K_cache, V_cache, pos_sb
+        qT, kT, v_tok, B, S, Hq, Hkv, d, 1.0 / math.sqrt(d) if scale is None else float(scale),
+        K_cache, V_cache, pos_sb,
     )
     if update_cache:
         write_kv_cache(K_cache, k_tok, B, S, Hkv, d, pos_sb)
@@ -163,71 +166,122 @@ def _norm_gamma(gamma, H: int):
 @nki.jit
 def attention_block_tkg(
     X,
+    X_hidden_dim_actual,
+    rmsnorm_X_enabled: bool,
+    rmsnorm_X_eps,
+    rmsnorm_X_gamma,
     W_qkv,
-    W_out,
-    K_cache,
-    V_cache,
+    bias_qkv,
+    quantization_type_qkv: QuantizationType,
+    weight_dequant_scale_qkv,
+    input_dequant_scale_qkv,
+    rmsnorm_QK_pre_rope_enabled: bool,
+    rmsnorm_QK_pre_rope_eps: float,
+    rmsnorm_QK_pre_rope_W_Q,
+    rmsnorm_QK_pre_rope_W_K,
     cos,
     sin,
+    rope_contiguous_layout: bool,
+    rmsnorm_QK_post_rope_enabled: bool,
+    rmsnorm_QK_post_rope_eps: float,
+    rmsnorm_QK_post_rope_W_Q,
+    rmsnorm_QK_post_rope_W_K,
+    K_cache_transposed: bool,
+    active_blocks_table,
+    K_cache,
+    V_cache,
+    attention_mask,
+    sink,
+    update_cache: bool,
     kv_cache_update_idx,
-    rmsnorm_X_enabled: bool = True,
-    rmsnorm_X_eps: float = 1e-6,
-    rmsnorm_X_gamma=None,
-    bias_qkv=None,
-    bias_out=None,
-    update_cache: bool = True,
-    quantization_type_qkv: QuantizationType = QuantizationType.NONE,
-    quantization_type_out: QuantizationType = QuantizationType.NONE,
-    attention_mask=None,
-    sink=None,
-    rope_contiguous_layout: bool = True,
-    K_cache_transposed: bool = False,
-    out_in_sb: bool = False,
-    transposed_out: bool = False,
-    weight_layout: WeightLayout = WeightLayout.IN_OUT,
+    W_out,
+    bias_out,
+    quantization_type_out: QuantizationType,
+    weight_dequant_scale_out,
+    input_dequant_scale_out,
+    transposed_out: bool,
+    out_in_sb: bool,
+    softmax_scale=None,
+    enable_fa_s_prior_tiling: bool = True,
+    k_scale=None,
+    v_scale=None,
+    sbm=None,
+    skip_attention: bool = False,
+    KVDP: int = 1,
+    KVDP_replica_group=None,
 ):
     """out = W_out(attention(RoPE(QKV(RMSNorm(X))), cache)) for a decode step, in one kernel.
 
-    Args:
-        X: [B, S, H] hidden states (HBM).
-        W_qkv: fused [H, (Hq + 2 Hkv) d] (IN_OUT), or a tuple (W_q, W_k, W_v); with
-            weight_layout=OUT_IN the nn.Linear weights ([out, H]).
-        W_out: [Hq d, H] (IN_OUT) or [H, Hq d] (OUT_IN).
-        K_cache, V_cache: [B+, Hkv, S_max, d] static caches (neuron-emu uses the Hugging Face
-            cache layout; K_cache_transposed must be False).
-        cos, sin: [d/2, B, S] RoPE values of the active tokens, or [max_pos, d/2] tables
-            gathered in-kernel at kv_cache_update_idx + s.
-        kv_cache_update_idx: [B, 1] int32 position of each sequence's first active token
-            (also the number of valid cache entries).
-        rmsnorm_X_enabled / rmsnorm_X_eps / rmsnorm_X_gamma ([1, H]): the input RMSNorm.
-        update_cache: write the new keys/values into the caches (in place).
-        bias_qkv, bias_out, quantization, attention_mask, sink, rope_contiguous_layout=False,
-        out_in_sb, transposed_out: not supported.
+    The library's signature (every parameter up to out_in_sb is required; pass them by keyword).
+    What neuron-emu computes:
+        X: [B, S, H] hidden states (HBM). X_hidden_dim_actual: None or H.
+        rmsnorm_X_enabled / rmsnorm_X_eps (None: 1e-6) / rmsnorm_X_gamma ([1, H] or None): the
+            input RMSNorm.
+        W_qkv: fused [H, (Hq + 2 Hkv) d], or a tuple (W_q, W_k, W_v) of [H, heads * d].
+        cos, sin: [d/2, B, S] RoPE values of the active tokens (the library's layout), or
+            [max_pos, d/2] tables gathered in-kernel at kv_cache_update_idx + s.
+        K_cache, V_cache: [B+, S_max, d] (the library's single kv head) or [B+, Hkv, S_max, d]
+            (Hugging Face layout); K_cache_transposed must be False.
+        attention_mask: None: the mask is generated from kv_cache_update_idx (cache positions
+            < kv_cache_update_idx[b] and the active tokens causally are visible).
+        update_cache: must be True: the new keys/values are written into the caches at
+            kv_cache_update_idx ([B, 1] int32, also the number of valid cache entries).
+        W_out: [Hq d, H]. softmax_scale: None (1/sqrt(d)) or a float.
+        enable_fa_s_prior_tiling, sbm: accepted (tiling and allocation are automatic).
+        Not supported (must be None / False / NONE / 1): biases, quantization and its scales,
+        the Q/K RMSNorms, rope_contiguous_layout=False, block KV (active_blocks_table), sink,
+        transposed_out, out_in_sb, k_scale/v_scale, skip_attention, KVDP.
 
-    Returns: (out [B, S, H],).
+    Returns: (out [B*S, H], K_cache, V_cache), as the library with update_cache=True.
     """
     for name, v in (
         ("bias_qkv", bias_qkv),
         ("bias_out", bias_out),
         ("attention_mask", attention_mask),
         ("sink", sink),
+        ("weight_dequant_scale_qkv", weight_dequant_scale_qkv),
+        ("input_dequant_scale_qkv", input_dequant_scale_qkv),
+        ("weight_dequant_scale_out", weight_dequant_scale_out),
+        ("input_dequant_scale_out", input_dequant_scale_out),
+        ("active_blocks_table", active_blocks_table),
+        ("k_scale", k_scale),
+        ("v_scale", v_scale),
+        ("KVDP_replica_group", KVDP_replica_group),
     ):
-        kernel_assert(v is None, f"attention_block_tkg: {name} is not supported on neuron-emu")
+        kernel_assert(v is None, f"attention_block_tkg: {name} is not supported on neuron-emu (pass None)")
     kernel_assert(
         quantization_type_qkv == QuantizationType.NONE and quantization_type_out == QuantizationType.NONE,
         "attention_block_tkg: quantization is not supported on neuron-emu",
     )
     kernel_assert(
+        not rmsnorm_QK_pre_rope_enabled and not rmsnorm_QK_post_rope_enabled,
+        "attention_block_tkg: the Q/K RMSNorms are not supported on neuron-emu",
+    )
+    kernel_assert(
         rope_contiguous_layout and not K_cache_transposed and not out_in_sb and not transposed_out,
         "attention_block_tkg: only rope_contiguous_layout=True, K_cache_transposed=False, HBM output",
     )
-    if weight_layout == QKVWeightLayout.CONTIGUOUS:
-        weight_layout = WeightLayout.IN_OUT
+    kernel_assert(
+        update_cache and not skip_attention and KVDP == 1,
+        "attention_block_tkg: needs update_cache=True, skip_attention=False, KVDP=1 on neuron-emu",
+    )
+    kernel_assert(W_out is not None, "attention_block_tkg: W_out=None (no output projection) is not supported")
+    kernel_assert(
+        X_hidden_dim_actual is None or X_hidden_dim_actual == X.shape[-1],
+        f"attention_block_tkg: X_hidden_dim_actual={X_hidden_dim_actual} (padded H) is not supported",
+    )
+    kernel_assert(cos is not None and sin is not None, "attention_block_tkg: cos and sin are required")
+    K_in, V_in = K_cache, V_cache
+    if len(K_cache.shape) == 3:  # the library's single kv head [B+, S_max, d]
+        K_cache = K_cache.reshape((K_cache.shape[0], 1, K_cache.shape[1], K_cache.shape[2]))
+        V_cache = V_cache.reshape((V_cache.shape[0], 1, V_cache.shape[1], V_cache.shape[2]))
+    if rmsnorm_X_eps is None:
+        rmsnorm_X_eps = 1e-6
     B, S, H = X.shape
     Hkv, d = K_cache.shape[1], K_cache.shape[3]
-    spec = AttnBlockSpec(W_qkv, W_out, H, Hkv, d, weight_layout)
+    spec = AttnBlockSpec(W_qkv, W_out, H, Hkv, d, WeightLayout.IN_OUT)
     cdt = compute_dtype(X.dtype)
-    out = nl.ndarray((B, S, H), dtype=X.dtype, buffer=nl.shared_hbm, name="attn_block_out")
+    out = nl.ndarray((B * S, H), dtype=X.dtype, buffer=nl.shared_hbm, name="attn_block_out")
     pos_sb = load_positions(kv_cache_update_idx, B)
     rope = load_rope_tables(cos, sin, B, S, pos_sb, d)
     resT = load_hT(X.reshape((B * S, H)), cdt, name="x")
@@ -235,7 +289,8 @@ def attention_block_tkg(
     if rmsnorm_X_enabled and gT is None:  # RMSNorm without a scale
         resT = rmsnorm_hT(resT, H, B * S, None, rmsnorm_X_eps, cdt, name="attn_norm")
     outT = attention_block_hT(
-        resT, spec, B, S, gT, rmsnorm_X_eps, rope, K_cache, V_cache, pos_sb, update_cache, cdt
+        resT, spec, B, S, gT, rmsnorm_X_eps, rope, K_cache, V_cache, pos_sb, update_cache, cdt,
+        scale=softmax_scale,
     )
-    store_hT(out.reshape((B * S, H)), outT)
-    return (out,)
+    store_hT(out, outT)
+    return out, K_in, V_in

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import nki.language as nl
 
-from ...core.mlp.mlp_tkg import MlpWeights, down_T, gate_up_act
+from ...core.mlp.mlp_tkg.mlp_tkg import MlpWeights, down_T, gate_up_act
 from ...core.utils.common_types import ActFnType, QKVWeightLayout, WeightLayout
 from ...core.utils.kernel_assert import kernel_assert
 from ...core.utils.tile_ops import (
@@ -36,10 +36,10 @@ def transformer_tkg(
     V_caches,
     RoPE_cos,
     RoPE_sin,
-    mask_cache=None,
-    mask_active=None,
-    position_ids=None,
-    num_layers: int = 1,
+    mask_cache,
+    mask_active,
+    position_ids,
+    num_layers: int,
     eps: float = 1e-6,
     replica_groups=None,
     sbuf_residual_and_cc: bool = False,
@@ -47,6 +47,7 @@ def transformer_tkg(
     W_gate_scales=None,
     W_up_scales=None,
     W_down_scales=None,
+    *,
     weight_layout: WeightLayout = WeightLayout.IN_OUT,
     activation_fn: ActFnType = ActFnType.SiLU,
 ):

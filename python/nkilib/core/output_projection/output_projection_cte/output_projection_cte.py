@@ -7,10 +7,10 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ..utils.common_types import QuantizationType, WeightLayout
-from ..utils.kernel_assert import kernel_assert
-from ..utils.kernel_helpers import get_verified_program_sharding_info
-from ..utils.tile_ops import (
+from ...utils.common_types import QuantizationType, WeightLayout
+from ...utils.kernel_assert import kernel_assert
+from ...utils.kernel_helpers import get_verified_program_sharding_info
+from ...utils.tile_ops import (
     FMAX,
     P,
     chunks,
@@ -32,21 +32,19 @@ def output_projection_cte(
     input_scales=None,
     weight_scales=None,
     output_dtype=None,
-    dtype_mode=None,
-    compact_weight_scales: bool = False,
-    weight_layout: WeightLayout = WeightLayout.IN_OUT,
 ):
     """out [B, S, H] = attention @ weight (+ bias).
 
     Args:
         attention: [B, N, D, S] in HBM (row (n, d) of each sequence is contiguous in S).
-        weight: [N * D, H] (IN_OUT) or [H, N * D] (OUT_IN, nn.Linear.weight; neuron-emu extension).
+        weight: [N * D, H].
         bias: [1, H].
         output_dtype: defaults to attention.dtype.
         quantization_type: NONE only.
 
     Token tiles of 128; a launch grid splits (sequence, token tile) work items.
     """
+    weight_layout = WeightLayout.IN_OUT
     kernel_assert(
         quantization_type == QuantizationType.NONE and input_scales is None and weight_scales is None,
         "output_projection_cte: quantization is not supported on neuron-emu",

@@ -19,17 +19,21 @@ from __future__ import annotations
 import nki.isa as nisa
 import nki.language as nl
 
-from ..utils.common_types import ActFnType, WeightLayout
-from ..utils.kernel_helpers import div_ceil, shard_range
-from ..utils.tile_ops import (
+from ...utils.common_types import ActFnType, NormType, WeightLayout
+from ...utils.kernel_helpers import div_ceil, get_verified_program_sharding_info, shard_range
+from ...utils.tile_ops import (
     FMAX,
     P,
     act_op,
     chunks,
+    compute_dtype,
+    load_hT,
     load_row_broadcast,
     load_vec_T,
     load_wT,
     proj_T,
+    rmsnorm_hT,
+    store_hT,
 )
 
 WEIGHT_TILE_BUDGET = 48 * 1024  # bytes per partition for one streamed weight block
@@ -244,3 +248,89 @@ def down_T(actT, T: int, w: MlpWeights, out_dtype, down_bias=None, name: str = "
             else:
                 nisa.tensor_copy(dst=outT[0 : ht.size, j, :], src=ps[0 : ht.size])
     return outT
+
+
+def mlp_weights(params) -> MlpWeights:
+    """The MlpWeights of an MLPParameters (computing in the input's compute dtype)."""
+    return MlpWeights(
+        params.gate_proj_weights_tensor,
+        params.up_proj_weights_tensor,
+        params.down_proj_weights_tensor,
+        params.weight_layout,
+        params.hidden_size,
+        params.intermediate_size,
+        compute_dtype(params.hidden_tensor.dtype),
+        skip_gate=params.skip_gate_proj,
+    )
+
+
+def mlp_act_kwargs(params) -> dict:
+    """gate_up_act's activation, bias and clamp arguments of an MLPParameters."""
+    return {
+        "activation_fn": params.activation_fn,
+        "gate_bias": params.bias_params.gate_proj_bias_tensor,
+        "up_bias": params.bias_params.up_proj_bias_tensor,
+        "gate_clamp": (params.gate_clamp_lower_limit, params.gate_clamp_upper_limit),
+        "up_clamp": (params.up_clamp_lower_limit, params.up_clamp_upper_limit),
+    }
+
+
+class MlpIO:
+    """What both MLP paths read off an MLPParameters and their outputs: the weights, dtypes,
+    and the [T, H] views of the input, the output, the residual and its stored sum."""
+
+    def __init__(self, params, output_tensor_hbm, output_stored_add_tensor_hbm):
+        self.T = params.batch_size * params.sequence_len
+        self.H = params.hidden_size
+        self.w = mlp_weights(params)
+        self.cdt, self.odt = self.w.dtype, params.output_dtype
+        fused_add = params.fused_add_params.fused_add_tensor
+        T, H = self.T, self.H
+        self.x2 = params.hidden_tensor.reshape((T, H))
+        self.o2 = output_tensor_hbm.reshape((T, H))
+        self.a2 = fused_add.reshape((T, H)) if fused_add is not None else None
+        s = output_stored_add_tensor_hbm
+        self.s2 = s.reshape((T, H)) if s is not None else None
+        self.norm_type = params.norm_params.normalization_type
+        self.gamma = params.norm_params.normalization_weights_tensor if self.norm_type == NormType.RMS_NORM else None
+        self.down_bias = params.bias_params.down_proj_bias_tensor
+        self.act_kwargs = mlp_act_kwargs(params)
+
+
+def mlp_tkg(params, output_tensor_hbm, output_stored_add_tensor_hbm, sbm=None) -> list:
+    """The token-generation MLP (B*S <= 96 tokens in one tile): [residual add] -> [RMSNorm]
+    -> gate/up + activation -> down, on hidden-transposed SBUF activations.
+
+    params: an MLPParameters (nkilib.core.mlp.mlp_parameters); output_tensor_hbm [B, S, H];
+    output_stored_add_tensor_hbm [B, S, H] or None (the residual sum, when stored). sbm: the
+    library's SBUF manager; neuron-emu's allocator places the tiles, so it is not used.
+    With a launch grid of 2 (LNC=2) the cores split the intermediate dimension: gate/up on
+    their half of the columns, the down projection on its half of the rows, the fp32 partial
+    sums exchanged with nisa.sendrecv and added in rank order on both cores.
+
+    Returns [out] or [out, fused_add_out].
+    """
+    _, n_prgs, prg_id = get_verified_program_sharding_info("mlp", (0, 1), 2)
+    io = MlpIO(params, output_tensor_hbm, output_stored_add_tensor_hbm)
+    T, H, I, w, cdt, odt = io.T, io.H, params.intermediate_size, io.w, io.cdt, io.odt
+    x2, o2, a2, s2, gamma = io.x2, io.o2, io.a2, io.s2, io.gamma
+    norm_type, down_bias, act_kwargs = io.norm_type, io.down_bias, io.act_kwargs
+    outputs = [output_tensor_hbm] + ([output_stored_add_tensor_hbm] if s2 is not None else [])
+
+    xT = load_hT(x2, cdt, name="xT")
+    if a2 is not None:
+        aT = load_hT(a2, cdt, name="addT")
+        nisa.tensor_tensor(dst=xT, data1=xT, data2=aT, op=nl.add)
+        if s2 is not None and prg_id == 0:
+            store_hT(s2, xT)
+    if norm_type != NormType.NO_NORM:
+        gT = load_vec_T(gamma, H, nl.float32, name="gammaT") if gamma is not None else None
+        xT = rmsnorm_hT(xT, H, T, gT, params.eps, cdt)
+    if n_prgs == 1:
+        actT = gate_up_act(xT, T, w, **act_kwargs)
+        down_tok(actT, T, w, o2, 0, H, down_bias, odt)
+        return outputs
+    i0, i1 = shard_range(I, n_prgs, prg_id, P)
+    actT = gate_up_act(xT, T, w, i0=i0, i1=i1, **act_kwargs)
+    down_tok_lnc2(actT, T, w, o2, i0, i1, prg_id, down_bias, odt)
+    return outputs

@@ -1,0 +1,1 @@
+"""nkilib.core.mlp.mlp_cte: the context-encoding MLP."""

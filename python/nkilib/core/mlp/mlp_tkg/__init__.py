@@ -1,0 +1,1 @@
+"""nkilib.core.mlp.mlp_tkg: the token-generation MLP and its SBUF building blocks."""
