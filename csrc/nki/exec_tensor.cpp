@@ -137,14 +137,17 @@ struct ThinMatmul {
   const View& thin() const { return thin_moving ? m : s; }
   const View& wide() const { return thin_moving ? s : m; }
 
-  // Whether t runs in one GEMV chain with this matmul (simd::gemv_chain_bf16): one coefficient
-  // row each against bf16 wide operands of the same shape and strides, in a layout the chain
-  // kernel reads together.
+  // Whether t runs in one GEMV chain right after this matmul (simd::gemv_chain_bf16): one
+  // coefficient row each against bf16 wide operands of the same shape and strides, in a layout
+  // the chain kernel reads together, t's weights the next K values of the same rows (a
+  // projection's next 128-row chunk), so a chain's column block is one contiguous stretch of
+  // every row.
   bool chains_with(const ThinMatmul& t) const {
     const View &a = wide(), &b = t.wide();
     return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
            K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
-           a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
+           a.stride[1] == b.stride[1] && b.base == a.base + K * a.stride[0] &&
+           simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
   }
   // Whether columns() of this matmul can prefetch the weights of `t`'s columns while it runs
   // (simd::gemv_bf16_then): one coefficient row each against column-contiguous bf16 weights
@@ -298,7 +301,9 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   for (int32_t i = 0; i < count;) {
     const ThinMatmul& t = mm[static_cast<size_t>(i)];
     int32_t L = 1;
-    while (i + L < count && t.chains_with(mm[static_cast<size_t>(i + L)])) ++L;
+    while (i + L < count &&
+           mm[static_cast<size_t>(i + L - 1)].chains_with(mm[static_cast<size_t>(i + L)]))
+      ++L;
     const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width)) * L;
     const int64_t cols = std::max<int64_t>(16, (L > 1 ? kChainItemBytes : kItemBytes) / per_col / 16 * 16);
     for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});

@@ -151,8 +151,8 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
       for (int64_t K : {8, 32, 45, 128}) {
         for (int layout = 0; layout < 4; ++layout) {
           // [n, row] bf16 rows; member l reads k range [l * K, l * K + K) of each row (adjacent)
-          // or row range of its own matrix (not adjacent); rows of at least 2 KiB take the
-          // chain kernel, shorter ones one GEMV per member.
+          // or row range of its own matrix (not adjacent); short (K + 5 or L * K + 3) and long
+          // (>= 2 KiB) rows, K >= 32 through the chain kernel, K = 8 one GEMV per member.
           const bool adjacent = layout % 2 == 0, long_rows = layout >= 2;
           const int64_t row = std::max<int64_t>(adjacent ? L * K + 3 : K + 5, long_rows ? 1030 : 0);
           const int64_t mats = adjacent ? 1 : L;
