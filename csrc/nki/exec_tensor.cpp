@@ -118,6 +118,16 @@ struct ThinMatmul {
   bool acc = false;
   int64_t K = 0, M = 0, N = 0, rows = 0, width = 0;
   bool thin_moving = false;
+  // The thin operand as fp32 coefficient rows (rows x K), when a matmul run loaded it once for
+  // all of its work items; otherwise columns() loads it per call.
+  const float* coef = nullptr;
+
+  // The thin operand's rows as fp32, rows x K at out (strided reads, one element per partition).
+  void load_coef(float* out) const {
+    const View& t = thin();
+    for (int64_t r = 0; r < rows; ++r)
+      load_f32(t.dtype, t.base + r * t.stride[1], t.stride[0], K, out + r * K);
+  }
 
   bool init(const View& d_, const View& s_, const View& m_, bool acc_) {
     if (!thin_matmul_shapes(s_, m_)) return false;
@@ -161,13 +171,14 @@ struct ThinMatmul {
   // Columns [j0, j1) into A; `next_w` (from prefetches_for) is the first column's weights of the
   // GEMV this thread runs next, prefetched meanwhile.
   void columns(float* A, int64_t j0, int64_t j1, const uint8_t* next_w = nullptr) const {
-    const View& thin = thin_moving ? m : s;
     const View& wide = thin_moving ? s : m;
-    Scratch& sc = scratch();
-    float* coef = sc.fb(3, rows * K);
+    const float* coef = this->coef;
+    if (!coef) {
+      float* c = scratch().fb(3, rows * K);
+      load_coef(c);
+      coef = c;
+    }
     const uint8_t* w = wide.base + j0 * wide.stride[1];
-    for (int64_t r = 0; r < rows; ++r)
-      load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef + r * K);
     if (next_w)
       simd::gemv_bf16_then(A + j0, coef, w, wide.stride[1], K, j1 - j0, next_w);
     else if (wide.dtype == DT::BFloat16)
@@ -222,10 +233,14 @@ void chain_columns(const ThinMatmul* mm, int64_t L, float* const* A, int64_t j0,
     const uint8_t* w[kMax];
     for (int64_t l = 0; l < n; ++l) {
       const ThinMatmul& t = mm[l0 + l];
-      const View &thin = t.thin(), &wide = t.wide();
-      load_f32(thin.dtype, thin.base, thin.stride[0], K, coef + l * K);
+      const View& wide = t.wide();
+      if (t.coef) {
+        cf[l] = t.coef;
+      } else {
+        t.load_coef(coef + l * K);
+        cf[l] = coef + l * K;
+      }
       acc[l] = A[l0 + l] + j0;
-      cf[l] = coef + l * K;
       w[l] = wide.base + j0 * wide.stride[1];
     }
     const View& wide = mm[0].wide();
@@ -288,6 +303,18 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   }
   c.pc = pc0;
   const auto count = static_cast<int32_t>(mm.size());
+  // Every matmul's thin operand loaded once for all of its work items (a strided read of one
+  // element per partition: reloading it per item was most of a decode step's bf16 loads). The
+  // thin operands are on-chip memory that no instruction of the run writes before its matmul.
+  thread_local std::vector<float> coefs;
+  int64_t ncoef = 0;
+  for (const ThinMatmul& t : mm) ncoef += t.rows * t.K;
+  if (coefs.size() < static_cast<size_t>(ncoef)) coefs.resize(static_cast<size_t>(ncoef));
+  for (int64_t at = 0; ThinMatmul& t : mm) {
+    t.load_coef(coefs.data() + at);
+    t.coef = coefs.data() + at;
+    at += t.rows * t.K;
+  }
   // Not the per-instruction scratch: the instructions between the matmuls use that.
   thread_local std::vector<float> results;
   if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
