@@ -244,7 +244,8 @@ void chain_columns(const ThinMatmul* mm, int64_t L, float* const* A, int64_t j0,
       w[l] = wide.base + j0 * wide.stride[1];
     }
     const View& wide = mm[0].wide();
-    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0);
+    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0,
+                          mm[0].width - j1);
   }
 }
 

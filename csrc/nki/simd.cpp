@@ -323,10 +323,10 @@ NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint
 // gemv_colsT_bf16_avx512.
 NKI_AVX512 void gemv_chain_colsT_bf16_avx512(float* const* acc, const float* const* coef,
                                              const uint8_t* const* w, int64_t L, int64_t js,
-                                             int64_t K, int64_t n) {
+                                             int64_t K, int64_t n, int64_t ahead) {
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    const int64_t next = j + 32 <= n ? 16 * js : 0;
+    const int64_t next = j + 32 <= n + ahead ? 16 * js : 0;
     for (int64_t l = 0; l < L; ++l) {
       const Lane lane{acc[l] + j, coef[l], w[l] + j * js};
       gemv_colsT_lanes512<1>(&lane, js, K, next);
@@ -507,11 +507,12 @@ void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js,
 }
 
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
-                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n) {
+                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n, int64_t ahead) {
 #ifdef NKI_SIMD_AVX512
   if (gemv_chain_reads_together(ks, js, K))
-    return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n);
+    return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n, ahead);
 #endif
+  (void)ahead;
   for (int64_t l = 0; l < L; ++l) gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n);
 }
 

@@ -177,6 +177,17 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
               ASSERT_EQ(acc[l][j], ref[j]) << "L=" << L << " n=" << n << " K=" << K << " l=" << l;
             ASSERT_EQ(acc[l][n], -7.0f);  // nothing written past the member's columns
           }
+          // The first h columns, prefetching the weights of the others (the next work item's):
+          // the same bits, nothing written past column h.
+          const int64_t h = n / 2;
+          std::fill(got.begin(), got.end(), -7.0f);
+          simd::gemv_chain_bf16(acc.data(), cf.data(), wp.data(), L, 2, row * 2, K, h, n - h);
+          for (int64_t l = 0; l < L; ++l) {
+            simd::gemv_bf16(ref.data(), cf[l], wp[l], 2, row * 2, K, n);
+            for (int64_t j = 0; j < h; ++j)
+              ASSERT_EQ(acc[l][j], ref[j]) << "ahead L=" << L << " n=" << n << " K=" << K;
+            ASSERT_EQ(acc[l][h], -7.0f);
+          }
         }
       }
     }
