@@ -66,7 +66,7 @@ TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   // K >= 32 and n >= 16 take the AVX-512 column-contiguous path where the CPU has it (32-k
-  // steps, a scalar k tail, 64- and 16-column blocks, the AVX2 path for the last columns).
+  // steps, a scalar k tail, 16-column blocks, the AVX2 path for the last columns).
   for (int64_t K : {1, 5, 8, 13, 32, 45, 64, 128, 200}) {
     for (int64_t n : {1, 7, 8, 16, 31, 32, 64, 65, 80, 128, 200}) {
       // w stored [n, Kp] row-major (column-contiguous for the GEMV) and [K, np] (row-contiguous)
@@ -195,7 +195,7 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
 }
 
 // A GEMV that prefetches the next GEMV's weights (the next item of a matmul run) gives the bits
-// of the plain one: every column count (64- and 16-column blocks, the tail), k tail, and next
+// of the plain one: every column count (16-column blocks, the tail), k tail, and next
 // weights elsewhere in the same matrix, in another buffer or none.
 TEST(NkiSimd, GemvThenIsBitIdenticalToGemv) {
   std::mt19937 rng(17);
