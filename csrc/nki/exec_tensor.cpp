@@ -118,6 +118,16 @@ struct ThinMatmul {
   bool acc = false;
   int64_t K = 0, M = 0, N = 0, rows = 0, width = 0;
   bool thin_moving = false;
+  // The thin operand as fp32 coefficient rows (rows x K), when a matmul run loaded it once for
+  // all of its work items; otherwise columns() loads it per call.
+  const float* coef = nullptr;
+
+  // The thin operand's rows as fp32, rows x K at out (strided reads, one element per partition).
+  void load_coef(float* out) const {
+    const View& t = thin();
+    for (int64_t r = 0; r < rows; ++r)
+      load_f32(t.dtype, t.base + r * t.stride[1], t.stride[0], K, out + r * K);
+  }
 
   bool init(const View& d_, const View& s_, const View& m_, bool acc_) {
     if (!thin_matmul_shapes(s_, m_)) return false;
@@ -137,14 +147,17 @@ struct ThinMatmul {
   const View& thin() const { return thin_moving ? m : s; }
   const View& wide() const { return thin_moving ? s : m; }
 
-  // Whether t runs in one GEMV chain with this matmul (simd::gemv_chain_bf16): one coefficient
-  // row each against bf16 wide operands of the same shape and strides, in a layout the chain
-  // kernel reads together.
+  // Whether t runs in one GEMV chain right after this matmul (simd::gemv_chain_bf16): one
+  // coefficient row each against bf16 wide operands of the same shape and strides, in a layout
+  // the chain kernel reads together, t's weights the next K values of the same rows (a
+  // projection's next 128-row chunk), so a chain's column block is one contiguous stretch of
+  // every row.
   bool chains_with(const ThinMatmul& t) const {
     const View &a = wide(), &b = t.wide();
     return rows == 1 && t.rows == 1 && a.dtype == DT::BFloat16 && b.dtype == DT::BFloat16 &&
            K == t.K && width == t.width && a.stride[0] == b.stride[0] &&
-           a.stride[1] == b.stride[1] && simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
+           a.stride[1] == b.stride[1] && b.base == a.base + K * a.stride[0] &&
+           simd::gemv_chain_reads_together(a.stride[0], a.stride[1], K);
   }
   // Whether columns() of this matmul can prefetch the weights of `t`'s columns while it runs
   // (simd::gemv_bf16_then): one coefficient row each against column-contiguous bf16 weights
@@ -158,13 +171,14 @@ struct ThinMatmul {
   // Columns [j0, j1) into A; `next_w` (from prefetches_for) is the first column's weights of the
   // GEMV this thread runs next, prefetched meanwhile.
   void columns(float* A, int64_t j0, int64_t j1, const uint8_t* next_w = nullptr) const {
-    const View& thin = thin_moving ? m : s;
     const View& wide = thin_moving ? s : m;
-    Scratch& sc = scratch();
-    float* coef = sc.fb(3, rows * K);
+    const float* coef = this->coef;
+    if (!coef) {
+      float* c = scratch().fb(3, rows * K);
+      load_coef(c);
+      coef = c;
+    }
     const uint8_t* w = wide.base + j0 * wide.stride[1];
-    for (int64_t r = 0; r < rows; ++r)
-      load_f32(thin.dtype, thin.base + r * thin.stride[1], thin.stride[0], K, coef + r * K);
     if (next_w)
       simd::gemv_bf16_then(A + j0, coef, w, wide.stride[1], K, j1 - j0, next_w);
     else if (wide.dtype == DT::BFloat16)
@@ -219,14 +233,19 @@ void chain_columns(const ThinMatmul* mm, int64_t L, float* const* A, int64_t j0,
     const uint8_t* w[kMax];
     for (int64_t l = 0; l < n; ++l) {
       const ThinMatmul& t = mm[l0 + l];
-      const View &thin = t.thin(), &wide = t.wide();
-      load_f32(thin.dtype, thin.base, thin.stride[0], K, coef + l * K);
+      const View& wide = t.wide();
+      if (t.coef) {
+        cf[l] = t.coef;
+      } else {
+        t.load_coef(coef + l * K);
+        cf[l] = coef + l * K;
+      }
       acc[l] = A[l0 + l] + j0;
-      cf[l] = coef + l * K;
       w[l] = wide.base + j0 * wide.stride[1];
     }
     const View& wide = mm[0].wide();
-    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0);
+    simd::gemv_chain_bf16(acc, cf, w, n, wide.stride[0], wide.stride[1], K, j1 - j0,
+                          mm[0].width - j1);
   }
 }
 
@@ -285,6 +304,18 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   }
   c.pc = pc0;
   const auto count = static_cast<int32_t>(mm.size());
+  // Every matmul's thin operand loaded once for all of its work items (a strided read of one
+  // element per partition: reloading it per item was most of a decode step's bf16 loads). The
+  // thin operands are on-chip memory that no instruction of the run writes before its matmul.
+  thread_local std::vector<float> coefs;
+  int64_t ncoef = 0;
+  for (const ThinMatmul& t : mm) ncoef += t.rows * t.K;
+  if (coefs.size() < static_cast<size_t>(ncoef)) coefs.resize(static_cast<size_t>(ncoef));
+  for (int64_t at = 0; ThinMatmul& t : mm) {
+    t.load_coef(coefs.data() + at);
+    t.coef = coefs.data() + at;
+    at += t.rows * t.K;
+  }
   // Not the per-instruction scratch: the instructions between the matmuls use that.
   thread_local std::vector<float> results;
   if (results.size() < static_cast<size_t>(offset.back())) results.resize(static_cast<size_t>(offset.back()));
@@ -298,7 +329,9 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step) {
   for (int32_t i = 0; i < count;) {
     const ThinMatmul& t = mm[static_cast<size_t>(i)];
     int32_t L = 1;
-    while (i + L < count && t.chains_with(mm[static_cast<size_t>(i + L)])) ++L;
+    while (i + L < count &&
+           mm[static_cast<size_t>(i + L - 1)].chains_with(mm[static_cast<size_t>(i + L)]))
+      ++L;
     const int64_t per_col = std::max<int64_t>(1, t.wide_bytes() / std::max<int64_t>(1, t.width)) * L;
     const int64_t cols = std::max<int64_t>(16, (L > 1 ? kChainItemBytes : kItemBytes) / per_col / 16 * 16);
     for (int64_t j = 0; j < t.width; j += cols) items.push_back({i, L, j, std::min(t.width, j + cols)});

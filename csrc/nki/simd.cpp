@@ -303,10 +303,10 @@ NKI_AVX512 void gemv_colsT_block512(float* acc, const float* coef, const uint8_t
 NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
                                        int64_t js, int64_t K, int64_t n, int64_t next) {
   int64_t j = 0;
-  if (K >= 32) {
-    for (; j + 64 <= n; j += 64) gemv_colsT_block512<4>(acc, coef, w, js, K, j, next);
+  // One 16-column block at a time: 4-block steps spill the transposes (~1.5x slower from L1,
+  // ~1.1x from DRAM on AMD Zen 4).
+  if (K >= 32)
     for (; j + 16 <= n; j += 16) gemv_colsT_block512<1>(acc, coef, w, js, K, j, next);
-  }
   if (j < n) gemv_colsT_bf16_avx2(acc + j, coef, w + j * js, js, K, n - j);
 }
 NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint8_t* w,
@@ -314,25 +314,22 @@ NKI_AVX512 void gemv_colsT_bf16_avx512(float* acc, const float* coef, const uint
   gemv_colsT_bf16_avx512(acc, coef, w, js, K, n, K * 2);
 }
 // A chain of GEMVs over the same columns (one layout, any bases): column block by column block
-// across every member, four members' accumulators at a time, so the weights of a column block
-// are read for the whole chain at once (one pass over contiguous rows when the members are
-// consecutive k ranges of the same rows). Each member gets exactly gemv_colsT_bf16_avx512.
+// across every member, one member at a time, so the weights of a column block are read for the
+// whole chain at once (one pass over contiguous rows when the members are consecutive k ranges of
+// the same rows). While a member's block runs, the same member's next column block (16 rows
+// further) is prefetched, so every member's rows stream ahead of their use. One 16-column lane at
+// a time: a 4-lane step needs more than the 32 registers (the transposes spill), which made it
+// ~1.5x slower from L1 and ~1.3x slower from DRAM (AMD Zen 4). Each member gets exactly
+// gemv_colsT_bf16_avx512.
 NKI_AVX512 void gemv_chain_colsT_bf16_avx512(float* const* acc, const float* const* coef,
                                              const uint8_t* const* w, int64_t L, int64_t js,
-                                             int64_t K, int64_t n) {
+                                             int64_t K, int64_t n, int64_t ahead) {
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
-    const int64_t next = j + 32 <= n ? 16 * js : 0;  // prefetch the next column block
-    for (int64_t l = 0; l < L; l += 4) {
-      Lane lane[4];
-      const int64_t B = std::min<int64_t>(4, L - l);
-      for (int64_t b = 0; b < B; ++b) lane[b] = {acc[l + b] + j, coef[l + b], w[l + b] + j * js};
-      switch (B) {
-        case 4: gemv_colsT_lanes512<4>(lane, js, K, next); break;
-        case 3: gemv_colsT_lanes512<3>(lane, js, K, next); break;
-        case 2: gemv_colsT_lanes512<2>(lane, js, K, next); break;
-        default: gemv_colsT_lanes512<1>(lane, js, K, next); break;
-      }
+    const int64_t next = j + 32 <= n + ahead ? 16 * js : 0;
+    for (int64_t l = 0; l < L; ++l) {
+      const Lane lane{acc[l] + j, coef[l], w[l] + j * js};
+      gemv_colsT_lanes512<1>(&lane, js, K, next);
     }
   }
   if (j < n)
@@ -485,12 +482,14 @@ void gemv_f32(float* acc, const float* coef, const uint8_t* w, int64_t ks, int64
   table().gemv_f32(acc, coef, w, ks, js, K, n);
 }
 
-// Rows at least 2 KiB apart (a down projection's: each member reads a short piece of rows a
-// page apart) are read together; shorter rows are faster one member at a time, each
-// prefetching the same rows' next k range (measured on 1 KiB and 4 KiB rows).
+// Column-contiguous bf16 weights with at least one 32-k step: the chain kernel reads a column
+// block of every member before the next block (1 KiB rows, the Lab 2 gate/up/QKV: ~1.6x the
+// GB/s per CPU second of one member at a time from DRAM; 4 KiB rows, the down projection: ~1.2x
+// the 4-lane chain kernel; two threads, AMD Zen 4).
 bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K) {
 #ifdef NKI_SIMD_AVX512
-  return table().avx512 && ks == 2 && js >= 2048 && K >= 32;
+  (void)js;
+  return table().avx512 && ks == 2 && K >= 32;
 #else
   (void)ks, (void)js, (void)K;
   return false;
@@ -508,11 +507,12 @@ void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js,
 }
 
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
-                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n) {
+                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n, int64_t ahead) {
 #ifdef NKI_SIMD_AVX512
   if (gemv_chain_reads_together(ks, js, K))
-    return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n);
+    return gemv_chain_colsT_bf16_avx512(acc, coef, w, L, js, K, n, ahead);
 #endif
+  (void)ahead;
   for (int64_t l = 0; l < L; ++l) gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n);
 }
 

@@ -40,8 +40,10 @@ void gemv_bf16_then(float* acc, const float* coef, const uint8_t* w, int64_t js,
 // consecutive k ranges): for each l exactly gemv_bf16(acc[l], coef[l], w[l], ks, js, K, n), with
 // the column-contiguous AVX-512 path computing a column block for every member before the next
 // block (one pass over the weights' rows when the members are adjacent k ranges of them).
+// `ahead`: columns after the n computed whose weights exist and may be prefetched (the next work
+// item's), so its first column block is not read cold.
 void gemv_chain_bf16(float* const* acc, const float* const* coef, const uint8_t* const* w,
-                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n);
+                     int64_t L, int64_t ks, int64_t js, int64_t K, int64_t n, int64_t ahead = 0);
 // Whether gemv_chain_bf16 reads the members together for this layout (otherwise it runs one
 // gemv_bf16 per member, and callers may as well split the work per member).
 bool gemv_chain_reads_together(int64_t ks, int64_t js, int64_t K);

@@ -251,9 +251,9 @@ def _matmul_chain_kernel(between: str):
 def test_a_matmul_run_gives_the_bits_of_one_by_one(N, K, dtype):
     """Thin matmuls run as one parallel job (Plan matmul runs), consecutive or with instructions
     between them that write nothing they read, the k chunks of a projection as one GEMV chain
-    (bf16 rows of 2 KiB or more: a pass over the weight rows computes every chunk; chains of 3,
-    4, 8 and 9 and column counts with a tail): the same bits as the same matmuls executed one at
-    a time, accumulation order included."""
+    (bf16: a pass over the weight rows computes every chunk; rows of 1 KiB and more, chains of
+    3, 4, 8 and 9 and column counts with a tail): the same bits as the same matmuls executed one
+    at a time, accumulation order included."""
     g = torch.Generator().manual_seed(7)
     x = torch.randn(1, K, generator=g).to(dtype)
     w = (torch.randn(N, K, generator=g) / K**0.5).to(dtype)

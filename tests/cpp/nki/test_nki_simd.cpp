@@ -66,7 +66,7 @@ TEST(NkiSimd, GemvIsBitIdenticalToAxpy) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   // K >= 32 and n >= 16 take the AVX-512 column-contiguous path where the CPU has it (32-k
-  // steps, a scalar k tail, 64- and 16-column blocks, the AVX2 path for the last columns).
+  // steps, a scalar k tail, 16-column blocks, the AVX2 path for the last columns).
   for (int64_t K : {1, 5, 8, 13, 32, 45, 64, 128, 200}) {
     for (int64_t n : {1, 7, 8, 16, 31, 32, 64, 65, 80, 128, 200}) {
       // w stored [n, Kp] row-major (column-contiguous for the GEMV) and [K, np] (row-contiguous)
@@ -151,8 +151,8 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
       for (int64_t K : {8, 32, 45, 128}) {
         for (int layout = 0; layout < 4; ++layout) {
           // [n, row] bf16 rows; member l reads k range [l * K, l * K + K) of each row (adjacent)
-          // or row range of its own matrix (not adjacent); rows of at least 2 KiB take the
-          // chain kernel, shorter ones one GEMV per member.
+          // or row range of its own matrix (not adjacent); short (K + 5 or L * K + 3) and long
+          // (>= 2 KiB) rows, K >= 32 through the chain kernel, K = 8 one GEMV per member.
           const bool adjacent = layout % 2 == 0, long_rows = layout >= 2;
           const int64_t row = std::max<int64_t>(adjacent ? L * K + 3 : K + 5, long_rows ? 1030 : 0);
           const int64_t mats = adjacent ? 1 : L;
@@ -177,6 +177,17 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
               ASSERT_EQ(acc[l][j], ref[j]) << "L=" << L << " n=" << n << " K=" << K << " l=" << l;
             ASSERT_EQ(acc[l][n], -7.0f);  // nothing written past the member's columns
           }
+          // The first h columns, prefetching the weights of the others (the next work item's):
+          // the same bits, nothing written past column h.
+          const int64_t h = n / 2;
+          std::fill(got.begin(), got.end(), -7.0f);
+          simd::gemv_chain_bf16(acc.data(), cf.data(), wp.data(), L, 2, row * 2, K, h, n - h);
+          for (int64_t l = 0; l < L; ++l) {
+            simd::gemv_bf16(ref.data(), cf[l], wp[l], 2, row * 2, K, n);
+            for (int64_t j = 0; j < h; ++j)
+              ASSERT_EQ(acc[l][j], ref[j]) << "ahead L=" << L << " n=" << n << " K=" << K;
+            ASSERT_EQ(acc[l][h], -7.0f);
+          }
         }
       }
     }
@@ -184,7 +195,7 @@ TEST(NkiSimd, GemvChainIsBitIdenticalToOneGemvPerMember) {
 }
 
 // A GEMV that prefetches the next GEMV's weights (the next item of a matmul run) gives the bits
-// of the plain one: every column count (64- and 16-column blocks, the tail), k tail, and next
+// of the plain one: every column count (16-column blocks, the tail), k tail, and next
 // weights elsewhere in the same matrix, in another buffer or none.
 TEST(NkiSimd, GemvThenIsBitIdenticalToGemv) {
   std::mt19937 rng(17);
