@@ -252,7 +252,7 @@ def test_attention_block_tkg_rejects_unsupported_features():
 def test_megakernel_estimate_beats_separate_kernels():
     """Cost model: one megakernel decode step of the small Lab 2 stack vs the same math as
     separate core kernels per layer (each paying its DMA latency and HBM round trips)."""
-    from nkilib.core.attention.attention_tkg import attention_tkg
+    from nkilib.core.attention.attention_decode_hf import attention_decode_hf
     from nkilib.core.mlp.mlp import mlp
     from nkilib.core.qkv.qkv import qkv
 
@@ -286,7 +286,7 @@ def test_megakernel_estimate_beats_separate_kernels():
             qkv, input=X, fused_qkv_weights=layers["W_qkvs"][i], weight_layout=WeightLayout.OUT_IN
         ).total_us
         sep += nki.estimate(
-            attention_tkg,
+            attention_decode_hf,
             q=q,
             k_active=q,
             v_active=q,

@@ -16,7 +16,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ...core.attention.attention_tkg import attention_decode_sbuf, heads_to_T, write_kv_cache
+from ...core.attention.attention_decode_hf import attention_decode_sbuf, heads_to_T, write_kv_cache
 from ...core.utils.common_types import QuantizationType, WeightLayout
 from ...core.utils.kernel_assert import kernel_assert
 from ...core.utils.tile_ops import (
