@@ -71,6 +71,33 @@ def T_to_heads(xT, NT: int, nh: int, d: int, dst):
         nisa.tensor_copy(dst=dst[0:NT, j * hp * d : j * hp * d + rows], src=ps[0:NT, 0:rows])
 
 
+def mask_keep_bias(
+    mask, b: int, H: int, s: int, k0: int, nk: int, ncols: int | None = None, c0: int = 0, name="mask"
+):
+    """Keys k0 .. k0+nk of sequence b of a library-layout mask [keys, B, H, s] (nonzero =
+    attend) as a keep/bias pair [H*s, ncols] fp32 (rows (h, s), the keys at columns c0 ..;
+    other columns masked): keep is 0/1 and bias (keep - 1) * FLT_MAX, so that score * keep +
+    bias keeps a score bit-exact and sends a masked one to -FLT_MAX."""
+    ncols = nk if ncols is None else ncols
+    raw = nl.ndarray((H * s, ncols), mask.dtype, buffer=nl.sbuf, name=name + "_raw")
+    if ncols != nk:
+        nisa.memset(dst=raw, value=0)
+    for h in range(H):
+        src = mask[k0 : k0 + nk, b, h, :].permute(1, 0)
+        nisa.dma_copy(dst=raw[h * s : (h + 1) * s, c0 : c0 + nk], src=src)
+    keep = nl.ndarray((H * s, ncols), nl.float32, buffer=nl.sbuf, name=name + "_keep")
+    nisa.tensor_scalar(dst=keep, data=raw, op0=nl.not_equal, operand0=0.0)
+    bias = nl.ndarray((H * s, ncols), nl.float32, buffer=nl.sbuf, name=name + "_bias")
+    nisa.tensor_scalar(dst=bias, data=keep, op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=-NEG_INF)
+    return keep, bias
+
+
+def apply_mask(dst, scores, keep, bias) -> None:
+    """dst = scores * keep + bias (see mask_keep_bias)."""
+    nisa.tensor_tensor(dst=dst, data1=scores, data2=keep, op=nl.multiply)
+    nisa.tensor_tensor(dst=dst, data1=dst, data2=bias, op=nl.add)
+
+
 def _bound_vector(n: int, value, name: str):
     v = nl.ndarray((n, 1), nl.float32, buffer=nl.sbuf, name=name)
     nisa.memset(dst=v, value=float(value))
@@ -91,13 +118,16 @@ def attention_decode_sbuf(
     v_prior=None,
     pos_sb=None,
     prior_len: int | None = None,
+    mask=None,
 ):
     """The decode attention subkernel (everything already in SBUF).
 
     qT: head-packed [128, QT, B*S] queries (columns (b, s)); kT_act: head-packed [128, KT, B*S]
     active keys; v_act: tok [B*S, Hkv * d] active values. k_prior/v_prior: HBM caches
     [B+, Hkv, S_prior, d] or None; pos_sb: [1, B] int32 SBUF with the number of valid prior
-    positions per sequence (None: all `prior_len` are valid).
+    positions per sequence (None: all `prior_len` are valid). mask: the library's attention
+    mask [S_ctx, B, Hq, S] (HBM, nonzero = attend) instead of pos_sb: the first S_ctx - S cache
+    positions are the prior keys and mask rows S_ctx - S .. S_ctx are the active tokens.
     Returns attnT [128, QT, B*S] (qT's layout) in qT's dtype.
     """
     NT = B * S
@@ -109,6 +139,15 @@ def attention_decode_sbuf(
     kernel_assert(n_q <= P, f"attention_decode_hf: heads x active tokens = {Hq} x {S} = {n_q} exceeds 128")
     kernel_assert(NT <= P, f"attention_decode_hf: batch x active tokens = {NT} exceeds 128")
     Sp = 0 if k_prior is None else (prior_len if prior_len is not None else k_prior.shape[2])
+    if mask is not None:
+        S_ctx = mask.shape[0]
+        S_cache = 0 if k_prior is None else k_prior.shape[2]
+        kernel_assert(
+            tuple(mask.shape[1:]) == (B, Hq, S) and S <= S_ctx <= S + S_cache,
+            f"attention mask {tuple(mask.shape)} must be [S_ctx, {B}, {Hq}, {S}] with {S} <= S_ctx <= "
+            f"S + cache length",
+        )
+        Sp = S_ctx - S
     L = Sp + NT
     attnT = nl.ndarray((P, QT, NT), cdt, buffer=nl.sbuf, name="attnT")
 
@@ -137,7 +176,9 @@ def attention_decode_sbuf(
         # -- prior segment (the cache)
         kpT = []
         if Sp:
-            if pos_sb is not None:
+            if mask is not None:
+                plen = None
+            elif pos_sb is not None:
                 pi = nl.broadcast_to(pos_sb[0:1, b : b + 1], (n_q, 1))  # DMA across partitions
                 plen = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="prior_len")
                 nisa.tensor_copy(dst=plen, src=pi)
@@ -161,6 +202,9 @@ def attention_decode_sbuf(
                         moving=kpT[jk][0 : rows[jk], ct.start : ct.stop],
                         accumulate=jk > 0,
                     )
+                if mask is not None:
+                    nisa.tensor_copy(dst=sc[:, ct.start : ct.stop], src=ps[:, 0 : ct.size])
+                    continue
                 nisa.range_select(
                     dst=sc[:, ct.start : ct.stop],
                     on_true_tile=ps[:, 0 : ct.size],
@@ -171,6 +215,9 @@ def attention_decode_sbuf(
                     range_start=ct.start,
                     on_false_value=NEG_INF,
                 )
+            if mask is not None:
+                keep, bias = mask_keep_bias(mask, b, Hq, S, 0, Sp, name="mask_prior")
+                apply_mask(sc[:, 0:Sp], sc[:, 0:Sp], keep, bias)
         # -- active segment (the new tokens of every sequence, masked to this one, causal)
         ps = nl.ndarray((n_q, NT), nl.float32, buffer=nl.psum, name="sca_ps")
         for jk in range(KT):
@@ -178,21 +225,25 @@ def attention_decode_sbuf(
             nisa.nc_matmul(
                 dst=ps, stationary=qbd[jk][0:rows, :], moving=kT_act[0:rows, jk, :], accumulate=jk > 0
             )
-        lo = _bound_vector(n_q, b * S, "act_lo")
-        hi = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="act_hi")
-        nisa.tensor_scalar(
-            dst=hi, data=srow, op0=nl.mod, operand0=float(S), op1=nl.add, operand1=float(b * S + 1)
-        )
-        nisa.range_select(
-            dst=sc[:, Sp:L],
-            on_true_tile=ps,
-            comp_op0=nl.greater_equal,
-            comp_op1=nl.less,
-            bound0=lo,
-            bound1=hi,
-            range_start=0,
-            on_false_value=NEG_INF,
-        )
+        if mask is not None:  # this sequence's active columns as the mask says, the others masked
+            keep, bias = mask_keep_bias(mask, b, Hq, S, Sp, S, ncols=NT, c0=b * S, name="mask_active")
+            apply_mask(sc[:, Sp:L], ps, keep, bias)
+        else:
+            lo = _bound_vector(n_q, b * S, "act_lo")
+            hi = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="act_hi")
+            nisa.tensor_scalar(
+                dst=hi, data=srow, op0=nl.mod, operand0=float(S), op1=nl.add, operand1=float(b * S + 1)
+            )
+            nisa.range_select(
+                dst=sc[:, Sp:L],
+                on_true_tile=ps,
+                comp_op0=nl.greater_equal,
+                comp_op1=nl.less,
+                bound0=lo,
+                bound1=hi,
+                range_start=0,
+                on_false_value=NEG_INF,
+            )
         # -- softmax over the whole row
         mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="mx")
         nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
@@ -331,18 +382,24 @@ def attention_decode_hf(
     _, Hkv, Sa, dk = k_active.shape
     kernel_assert(
         (Sa, dk) == (S, d) and tuple(v_active.shape) == tuple(k_active.shape),
-        f"attention_decode_hf: k_active {k_active.shape} / v_active {v_active.shape} do not match q {q.shape}",
+        f"attention_decode_hf: k_active {k_active.shape} / v_active {v_active.shape} "
+        f"do not match q {q.shape}",
     )
-    kernel_assert(Hq % Hkv == 0, f"attention_decode_hf: {Hq} query heads are not a multiple of {Hkv} kv heads")
+    kernel_assert(
+        Hq % Hkv == 0, f"attention_decode_hf: {Hq} query heads are not a multiple of {Hkv} kv heads"
+    )
     kernel_assert(d <= P, f"attention_decode_hf: head_dim {d} exceeds 128")
-    kernel_assert((k_prior is None) == (v_prior is None), "attention_decode_hf: pass both k_prior and v_prior")
+    kernel_assert(
+        (k_prior is None) == (v_prior is None), "attention_decode_hf: pass both k_prior and v_prior"
+    )
     if k_prior is not None:
         kernel_assert(
             k_prior.shape[0] >= B
             and tuple(k_prior.shape[1:2]) == (Hkv,)
             and k_prior.shape[3] == d
             and tuple(v_prior.shape) == tuple(k_prior.shape),
-            f"attention_decode_hf: caches {k_prior.shape} / {v_prior.shape} must be [B+, {Hkv}, S_prior, {d}]",
+            f"attention_decode_hf: caches {k_prior.shape} / {v_prior.shape} "
+            f"must be [B+, {Hkv}, S_prior, {d}]",
         )
     kernel_assert(
         not update_cache or (k_prior is not None and position_ids is not None),

@@ -30,7 +30,7 @@ import nki.language as nl
 
 from ..utils.kernel_assert import kernel_assert
 from ..utils.tile_ops import FMAX, P, chunks
-from .attention_decode_hf import copy_rows
+from .attention_decode_hf import apply_mask, copy_rows, mask_keep_bias
 from .attention_tkg_utils import AttnTKGConfig
 
 _FLT_MAX = 3.4028234663852886e38
@@ -146,25 +146,6 @@ def _load_sink(sink, H: int, s: int):
     return f
 
 
-def _load_mask_rows(mask, b: int, H: int, s: int, n_keys: int, name: str):
-    """Mask rows of sequence b as a keep/bias pair [H*s, n_keys] fp32: keep = mask != 0 (as 0/1),
-    bias = (keep - 1) * FLT_MAX, so that score * keep + bias keeps scores bit-exact and sends
-    masked ones to -FLT_MAX."""
-    raw = nl.ndarray((H * s, n_keys), mask.dtype, buffer=nl.sbuf, name=name + "_raw")
-    for h in range(H):
-        nisa.dma_copy(dst=raw[h * s : (h + 1) * s], src=mask[0:n_keys, b, h, :].permute(1, 0))
-    keep = nl.ndarray((H * s, n_keys), nl.float32, buffer=nl.sbuf, name=name + "_keep")
-    nisa.tensor_scalar(dst=keep, data=raw, op0=nl.not_equal, operand0=0.0)
-    bias = nl.ndarray((H * s, n_keys), nl.float32, buffer=nl.sbuf, name=name + "_bias")
-    nisa.tensor_scalar(dst=bias, data=keep, op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=_FLT_MAX)
-    return keep, bias
-
-
-def _apply_mask(dst, scores, keep, bias) -> None:
-    nisa.tensor_tensor(dst=dst, data1=scores, data2=keep, op=nl.multiply)
-    nisa.tensor_tensor(dst=dst, data1=dst, data2=bias, op=nl.add)
-
-
 def _attend_one(b, q_sb, k_active_sb, v_active, k_prior, v_prior, mask, pos_rows, sink_rows, cfg, out_tile):
     """out_tile [d, H*s] (PSUM, fp32) <- attention of sequence b."""
     H, s, Sp, d = cfg.q_head, cfg.s_active, cfg.curr_sprior, cfg.d_head
@@ -200,13 +181,13 @@ def _attend_one(b, q_sb, k_active_sb, v_active, k_prior, v_prior, mask, pos_rows
                 on_false_value=-_FLT_MAX,
             )
     if pos_rows is None:
-        keep, bias = _load_mask_rows(mask, b, H, s, Sp, "mask")
-        _apply_mask(sc, sc, keep, bias)
+        keep, bias = mask_keep_bias(mask, b, H, s, 0, Sp, name="mask")
+        apply_mask(sc, sc, keep, bias)
     else:  # the active tail: the [s_active, B, H, s_active] mask decides
-        keep, bias = _load_mask_rows(mask, b, H, s, s, "active_mask")
+        keep, bias = mask_keep_bias(mask, b, H, s, 0, s, name="active_mask")
         ps = nl.ndarray((n_q, s), nl.float32, buffer=nl.psum, name="tail_ps")
         nisa.nc_matmul(dst=ps, stationary=qb, moving=kT[:, t0:Sp])
-        _apply_mask(sc[:, t0:Sp], ps, keep, bias)
+        apply_mask(sc[:, t0:Sp], ps, keep, bias)
     # softmax over the window (and the sink)
     mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="row_max")
     nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
