@@ -98,6 +98,39 @@ def apply_mask(dst, scores, keep, bias) -> None:
     nisa.tensor_tensor(dst=dst, data1=dst, data2=bias, op=nl.add)
 
 
+def row_softmax(sc, n_q: int, L: int, cdt, scale: float = 1.0, sink_rows=None):
+    """softmax(scale * sc) along the free dimension of the fp32 scores [n_q, L], in fp32, as a
+    [n_q, L] tile of cdt. sink_rows: [n_q, 1] fp32 attention-sink logits that join the max and
+    the sum (and carry no value)."""
+    mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="mx")
+    nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
+    if sink_rows is not None:
+        nisa.tensor_tensor(dst=mx, data1=mx, data2=sink_rows, op=nl.maximum)
+    nmx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="nmx")
+    nisa.tensor_scalar(dst=nmx, data=mx, op0=nl.multiply, operand0=-float(scale))
+    e = nl.ndarray((n_q, L), nl.float32, buffer=nl.sbuf, name="exp")
+    ssum = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="ssum")
+    nisa.activation(
+        dst=e,
+        op=nl.exp,
+        data=sc,
+        bias=nmx,
+        scale=float(scale),
+        reduce_op=nl.add,
+        reduce_res=ssum,
+        reduce_cmd=nisa.reduce_cmd.reset_reduce,
+    )
+    if sink_rows is not None:
+        es = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="sink_exp")
+        nisa.activation(dst=es, op=nl.exp, data=sink_rows, bias=nmx, scale=float(scale))
+        nisa.tensor_tensor(dst=ssum, data1=ssum, data2=es, op=nl.add)
+    rs = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="rsum")
+    nisa.reciprocal(dst=rs, data=ssum)
+    prob = nl.ndarray((n_q, L), cdt, buffer=nl.sbuf, name="prob")
+    nisa.tensor_scalar(dst=prob, data=e, op0=nl.multiply, operand0=rs)
+    return prob
+
+
 def _bound_vector(n: int, value, name: str):
     v = nl.ndarray((n, 1), nl.float32, buffer=nl.sbuf, name=name)
     nisa.memset(dst=v, value=float(value))
@@ -245,26 +278,7 @@ def attention_decode_sbuf(
                 on_false_value=NEG_INF,
             )
         # -- softmax over the whole row
-        mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="mx")
-        nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
-        nmx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="nmx")
-        nisa.tensor_scalar(dst=nmx, data=mx, op0=nl.multiply, operand0=-float(scale))
-        e = nl.ndarray((n_q, L), nl.float32, buffer=nl.sbuf, name="exp")
-        ssum = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="ssum")
-        nisa.activation(
-            dst=e,
-            op=nl.exp,
-            data=sc,
-            bias=nmx,
-            scale=float(scale),
-            reduce_op=nl.add,
-            reduce_res=ssum,
-            reduce_cmd=nisa.reduce_cmd.reset_reduce,
-        )
-        rs = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="rsum")
-        nisa.reciprocal(dst=rs, data=ssum)
-        prob = nl.ndarray((n_q, L), cdt, buffer=nl.sbuf, name="prob")
-        nisa.tensor_scalar(dst=prob, data=e, op0=nl.multiply, operand0=rs)
+        prob = row_softmax(sc, n_q, L, cdt, scale)
         # -- probabilities transposed: key chunks of <= 128 on partitions
         segs = [(c.start, c.size) for c in chunks(Sp)] + [(Sp, NT)]
         pT = nl.ndarray((P, len(segs), n_q), cdt, buffer=nl.sbuf, name="probT")

@@ -30,7 +30,7 @@ import nki.language as nl
 
 from ..utils.kernel_assert import kernel_assert
 from ..utils.tile_ops import FMAX, P, chunks
-from .attention_decode_hf import apply_mask, copy_rows, mask_keep_bias
+from .attention_decode_hf import apply_mask, copy_rows, mask_keep_bias, row_softmax
 from .attention_tkg_utils import AttnTKGConfig
 
 _FLT_MAX = 3.4028234663852886e38
@@ -189,31 +189,7 @@ def _attend_one(b, q_sb, k_active_sb, v_active, k_prior, v_prior, mask, pos_rows
         nisa.nc_matmul(dst=ps, stationary=qb, moving=kT[:, t0:Sp])
         apply_mask(sc[:, t0:Sp], ps, keep, bias)
     # softmax over the window (and the sink)
-    mx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="row_max")
-    nisa.tensor_reduce(dst=mx, op=nl.maximum, data=sc, axis=1)
-    if sink_rows is not None:
-        nisa.tensor_tensor(dst=mx, data1=mx, data2=sink_rows, op=nl.maximum)
-    nmx = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="neg_max")
-    nisa.tensor_scalar(dst=nmx, data=mx, op0=nl.multiply, operand0=-1.0)
-    e = nl.ndarray((n_q, Sp), nl.float32, buffer=nl.sbuf, name="exp")
-    ssum = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="exp_sum")
-    nisa.activation(
-        dst=e,
-        op=nl.exp,
-        data=sc,
-        bias=nmx,
-        reduce_op=nl.add,
-        reduce_res=ssum,
-        reduce_cmd=nisa.reduce_cmd.reset_reduce,
-    )
-    if sink_rows is not None:
-        es = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="sink_exp")
-        nisa.activation(dst=es, op=nl.exp, data=sink_rows, bias=nmx)
-        nisa.tensor_tensor(dst=ssum, data1=ssum, data2=es, op=nl.add)
-    rs = nl.ndarray((n_q, 1), nl.float32, buffer=nl.sbuf, name="exp_sum_recip")
-    nisa.reciprocal(dst=rs, data=ssum)
-    prob = nl.ndarray((n_q, Sp), cdt, buffer=nl.sbuf, name="prob")
-    nisa.tensor_scalar(dst=prob, data=e, op0=nl.multiply, operand0=rs)
+    prob = row_softmax(sc, n_q, Sp, cdt, sink_rows=sink_rows)
     # PV transposed: out[d, (h, s)] = sum over key chunks V[keys, d]^T P^T[keys, (h, s)]
     segs = chunks(Sp)
     for i, c in enumerate(segs):
