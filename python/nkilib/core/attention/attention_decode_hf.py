@@ -335,26 +335,14 @@ def attention_decode_hf(
     v_active,
     k_prior=None,
     v_prior=None,
-    mask=None,
-    out=None,
-    cfg=None,
-    sbm=None,
-    inv_freqs=None,
-    rope_pos_ids=None,
-    start_pos_ids=None,
-    sink=None,
-    active_blocks_table=None,
-    k_out=None,
-    DBG_TENSORS=None,
-    *,
     position_ids=None,
     scale=None,
     update_cache: bool = False,
+    out=None,
 ):
-    """Decode attention of S_active new tokens per sequence against a KV cache.
-
-    neuron-emu's kernel in the Hugging Face layouts, with the library attention_tkg's parameter
-    names where they mean the same (its core is ``attention_decode_sbuf`` here):
+    """Decode attention of S_active new tokens per sequence against a KV cache, in the Hugging
+    Face layouts (neuron-emu's kernel; its core is ``attention_decode_sbuf``). The library's
+    attention_tkg is the SBUF subkernel nkilib.core.attention.attention_tkg.attention_tkg.
 
     Args:
         q: [B, Hq, S_active, d] queries (RoPE already applied).
@@ -365,9 +353,6 @@ def attention_decode_hf(
         scale: softmax scale, default 1/sqrt(d).
         update_cache: also write k_active/v_active into the caches at position_ids (in place).
         out: optional output [B, Hq, S_active, d].
-        mask, cfg, sbm, inv_freqs, rope_pos_ids, start_pos_ids, sink, active_blocks_table,
-        k_out, DBG_TENSORS: the library's SBUF/fused-RoPE/block-KV/debug options; not
-            supported (None). position_ids, scale, update_cache are keyword-only.
 
     Key j of the prior is visible iff j < position_ids[b]; active token j' of the same
     sequence is visible to active query s iff j' <= s. Requires Hq * S_active <= 128,
@@ -375,23 +360,6 @@ def attention_decode_hf(
 
     Returns: out [B, Hq, S_active, d].
     """
-    for name, v in (
-        ("mask", mask),
-        ("cfg", cfg),
-        ("inv_freqs", inv_freqs),
-        ("rope_pos_ids", rope_pos_ids),
-        ("start_pos_ids", start_pos_ids),
-        ("sink", sink),
-        ("active_blocks_table", active_blocks_table),
-        ("k_out", k_out),
-        ("DBG_TENSORS", DBG_TENSORS),
-    ):
-        kernel_assert(
-            v is None,
-            f"attention_decode_hf: {name} is not supported: this kernel takes the Hugging Face layouts "
-            "(q [B, Hq, S, d], caches [B, Hkv, S_max, d]) and masks by position_ids; the library's SBUF "
-            "subkernel interface (AttnTKGConfig) is nkilib.core.attention.attention_tkg.attention_tkg",
-        )
     B, Hq, S, d = q.shape
     _, Hkv, Sa, dk = k_active.shape
     kernel_assert(
