@@ -13,7 +13,7 @@
      (RMSNorm, q/k/v/o projections, RoPE, cache write, attention, residual adds, gate/up/down,
      SiLU*up), i.e. the unfused path;
    - core: the base operations outside the NKI ops, plus the nkilib kernels the core variant
-     calls (rope_hf, attention_tkg with the cache write, mlp);
+     calls (rope_hf, attention_decode_hf with the cache write, mlp);
    - experimental: the transformer_tkg megakernel for all layers;
    all three plus the shared embedding gather, final RMSNorm and lm_head.
 
@@ -48,7 +48,7 @@ LAB2 = os.path.join(REPO, "examples", "lab2")
 sys.path.insert(0, LAB2)
 
 from llama_base.config import SIZES
-from nkilib.core.attention.attention_tkg import attention_tkg
+from nkilib.core.attention.attention_decode_hf import attention_decode_hf
 from nkilib.core.attention.kv_cache import update_kv_cache
 from nkilib.core.embeddings.rope_hf import rope_hf
 from nkilib.core.mlp.mlp import mlp
@@ -167,7 +167,7 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
             update_kv_cache, k_cache=kc, v_cache=kc, k=kv, v=kv, position_ids=pid
         ).total_us,
         "attention": nki.estimate(
-            attention_tkg, q=q, k_active=kv, v_active=kv, k_prior=kc, v_prior=kc, position_ids=pid
+            attention_decode_hf, q=q, k_active=kv, v_active=kv, k_prior=kc, v_prior=kc, position_ids=pid
         ).total_us,
         "o_proj": linear(x, wo),
         "residual_add": nki.estimate(add_kernel, x, x).total_us,
@@ -176,7 +176,7 @@ def decode_estimates(cfg, dtype=torch.bfloat16) -> dict:
         "silu_mul": nki.estimate(silu_mul_kernel, inter, inter).total_us,
         "down_proj": linear(inter, wd),
         "attention_tkg_with_cache_update": nki.estimate(
-            attention_tkg,
+            attention_decode_hf,
             q=q,
             k_active=kv,
             v_active=kv,

@@ -45,7 +45,7 @@ def lnc() -> int:
 # tensors' neuron device in eager mode and is a single graph node under torch.compile; weights
 # are passed as nn.Linear stores them (``module.weight``) and no transposed copy is made.
 from nkilib.core.attention.attention_cte import attention_cte  # noqa: E402
-from nkilib.core.attention.attention_tkg import attention_tkg  # noqa: E402
+from nkilib.core.attention.attention_decode_hf import attention_decode_hf  # noqa: E402
 from nkilib.core.attention.kv_cache import update_kv_cache  # noqa: E402
 from nkilib.core.embeddings.rope_hf import rope_hf  # noqa: E402
 from nkilib.core.qkv.qkv import qkv  # noqa: E402
@@ -56,7 +56,7 @@ rmsnorm_kernel = wrap_nki(rmsnorm)
 rope_kernel = wrap_nki(rope_hf)
 qkv_kernel = wrap_nki(qkv)
 attn_cte_kernel = wrap_nki(attention_cte)
-attn_tkg_kernel = wrap_nki(attention_tkg)
+attn_tkg_kernel = wrap_nki(attention_decode_hf)
 kv_update_kernel = wrap_nki(update_kv_cache)
 transformer_kernel = wrap_nki(nki.jit(transformer_tkg))  # not decorated in nkilib: jit at the call site
 
@@ -148,7 +148,7 @@ def nki_attn(
 ) -> torch.Tensor:
     """Causal attention of q/k/v [B, H, S, D] over a static KV cache [B, Hkv, max_seq, D];
     writes k/v into the cache at positions pos (int32 [S], consecutive). Prefill (S > 1) runs
-    attention_cte, decode attention_tkg (which also does the cache write)."""
+    attention_cte, decode attention_decode_hf, neuron-emu's HF-layout decode kernel (which also does the cache write)."""
     B, H, S, D = q.shape
     Hkv = k.shape[1]
     start = pos[:1].reshape(1, 1)

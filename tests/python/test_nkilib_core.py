@@ -21,8 +21,8 @@ import pytest
 import torch
 from nkilib.core.attention.attention_cte import attention_cte
 from nkilib.core.attention.attention_cte_torch import attention_cte_torch
-from nkilib.core.attention.attention_tkg import attention_tkg
-from nkilib.core.attention.attention_tkg_torch import attention_tkg_torch
+from nkilib.core.attention.attention_decode_hf import attention_decode_hf
+from nkilib.core.attention.attention_decode_hf_torch import attention_decode_hf_torch
 from nkilib.core.attention.kv_cache import update_kv_cache
 from nkilib.core.embeddings.rope import RoPE
 from nkilib.core.embeddings.rope_hf import rope_hf
@@ -346,15 +346,15 @@ def test_qkv_plain_projection():
         (4, 8, 8, 1, 64, 256, [255, 1, 64, 200]),
     ],
 )
-def test_attention_tkg_with_cache_update(dtype, B, Hq, Hkv, S, d, Sp, pos):
+def test_attention_decode_hf_with_cache_update(dtype, B, Hq, Hkv, S, d, Sp, pos):
     q, ka, va = rnd(B, Hq, S, d, dtype=dtype), rnd(B, Hkv, S, d, dtype=dtype), rnd(B, Hkv, S, d, dtype=dtype)
     kp, vp = rnd(B, Hkv, Sp, d, dtype=dtype), rnd(B, Hkv, Sp, d, dtype=dtype)
     pid = torch.tensor(pos, dtype=torch.int32).reshape(B, 1)
     pos_ok = all(p + S <= Sp for p in pos)
-    ref, rk, rv = attention_tkg_torch(q, ka, va, kp, vp, pid, update_cache=pos_ok)
+    ref, rk, rv = attention_decode_hf_torch(q, ka, va, kp, vp, pid, update_cache=pos_ok)
     for _ in range(2):
         kc, vc = kp.clone(), vp.clone()
-        out = attention_tkg(
+        out = attention_decode_hf(
             q=q, k_active=ka, v_active=va, k_prior=kc, v_prior=vc, position_ids=pid, update_cache=pos_ok
         )
         close(out, ref, dtype)
@@ -363,11 +363,11 @@ def test_attention_tkg_with_cache_update(dtype, B, Hq, Hkv, S, d, Sp, pos):
             torch.testing.assert_close(vc, rv, rtol=0, atol=0)
 
 
-def test_attention_tkg_cache_write_out_of_bounds_is_a_runtime_error():
+def test_attention_decode_hf_cache_write_out_of_bounds_is_a_runtime_error():
     q, ka, va = rnd(1, 2, 2, 32), rnd(1, 2, 2, 32), rnd(1, 2, 2, 32)
     kc, vc = rnd(1, 2, 16, 32), rnd(1, 2, 16, 32)
     with pytest.raises(AssertionError, match="outside the tensor"):
-        attention_tkg(
+        attention_decode_hf(
             q=q,
             k_active=ka,
             v_active=va,
@@ -378,10 +378,10 @@ def test_attention_tkg_cache_write_out_of_bounds_is_a_runtime_error():
         )
 
 
-def test_attention_tkg_without_cache():
+def test_attention_decode_hf_without_cache():
     q, k, v = rnd(2, 4, 3, 32), rnd(2, 4, 3, 32), rnd(2, 4, 3, 32)
-    ref, _, _ = attention_tkg_torch(q, k, v)
-    close(attention_tkg(q=q, k_active=k, v_active=v), ref, torch.float32)
+    ref, _, _ = attention_decode_hf_torch(q, k, v)
+    close(attention_decode_hf(q=q, k_active=k, v_active=v), ref, torch.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -109,6 +109,67 @@ def test_transformer_tkg(dtype, cfg, gathered_rope):
             close(a, b, dtype)
 
 
+def library_mask(pos, B, Hq, S, S_ctx, hole=None):
+    """The library's attention mask [S_ctx, B, Hq, S] (uint8): prior keys j < pos[b] of the
+    window's first S_ctx - S, the active tokens (its last S rows) causally; hole = (b, h, j):
+    one more masked prior key."""
+    n = S_ctx - S
+    m = torch.zeros(S_ctx, B, Hq, S, dtype=torch.uint8)
+    for b in range(B):
+        m[: min(pos[b], n), b] = 1
+        m[n:, b] = torch.tril(torch.ones(S, S, dtype=torch.uint8)).t()[:, None, :]  # [key, 1, query]
+    if hole is not None:
+        b, h, j = hole
+        m[j, b, h] = 0
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transformer_tkg_with_the_librarys_mask(dtype):
+    """mask_cache [S_ctx, B, Hq, S] (the library's semantics: a window of S_ctx - S cache
+    positions, the active tokens in its last S rows) against the reference; mask_active is
+    accepted and not read, as by the library."""
+    B, S, H, Hq, Hkv, d, I, L, Smax, pos = 2, 2, 256, 4, 2, 32, 384, 2, 64, [3, 20]
+    torch.manual_seed(3)
+    X = torch.randn(B, S, H).to(dtype)
+    layers = make_layers(L, H, Hq, Hkv, d, I, dtype, WeightLayout.IN_OUT, True)
+    Kc = [torch.randn(B, Hkv, Smax, d).to(dtype) for _ in range(L)]
+    Vc = [torch.randn(B, Hkv, Smax, d).to(dtype) for _ in range(L)]
+    ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
+    pid = torch.tensor(pos, dtype=torch.int32).reshape(B, 1)
+    mask = library_mask(pos, B, Hq, S, 24, hole=(1, 2, 7))
+    common = dict(RoPE_cos=ang.cos(), RoPE_sin=ang.sin(), position_ids=pid, num_layers=L, eps=1e-5, **layers)
+    ref, rk, _ = transformer_tkg_torch(X, K_caches=Kc, V_caches=Vc, mask_cache=mask, **common)
+    ref_gen, _, _ = transformer_tkg_torch(X, K_caches=Kc, V_caches=Vc, **common)
+    assert (ref - ref_gen).abs().max() > 1e-3  # the hole changes the result
+    Kk, Vv = [k.clone() for k in Kc], [v.clone() for v in Vc]
+    out = megakernel(X=X, K_caches=Kk, V_caches=Vv, mask_cache=mask, mask_active=torch.zeros(1), **common)
+    close(out, ref, dtype)
+    for a, b in zip(Kk, rk):
+        close(a, b, dtype)
+
+
+def test_attention_block_tkg_mask_equal_to_the_generated_one():
+    """A supplied attention_mask that says what kv_cache_update_idx implies gives the same output
+    (masked scores are exact either way; only zero terms differ)."""
+    B, S, H, Hq, d, Smax = 2, 1, 256, 4, 32, 64
+    torch.manual_seed(4)
+    X = torch.randn(B, S, H)
+    Wq, Wk, Wv = (torch.randn(H, n * d) / math.sqrt(H) for n in (Hq, 1, 1))
+    Wo = torch.randn(Hq * d, H) / math.sqrt(Hq * d)
+    Kc, Vc = torch.randn(B, Smax, d), torch.randn(B, Smax, d)
+    ang = torch.outer(torch.arange(Smax).float(), torch.rand(d // 2))
+    pos = [5, 30]
+    pid = torch.tensor(pos, dtype=torch.int32).reshape(B, 1)
+    common = {"X": X, "W_qkv": (Wq, Wk, Wv), "W_out": Wo, "cos": ang.cos(), "sin": ang.sin()}
+    common["kv_cache_update_idx"] = pid
+    outs = []
+    for m in (None, library_mask(pos, B, Hq, S, 40)):
+        k, v = Kc.clone(), Vc.clone()
+        outs.append(attention_block_tkg(**block_args(K_cache=k, V_cache=v, attention_mask=m, **common))[0])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-6, atol=1e-6)
+
+
 def test_transformer_tkg_is_not_decorated_and_checks_arguments():
     assert not isinstance(transformer_tkg, nki.Kernel)  # jit at the call site, as in the library
     with pytest.raises(AssertionError, match="position_ids is required"):
@@ -243,8 +304,8 @@ def test_attention_block_tkg_rejects_unsupported_features():
     args = block_args(X=torch.randn(1, 1, 128), W_qkv=torch.zeros(128, 3 * 32), W_out=torch.zeros(32, 128),
                       K_cache=torch.zeros(1, 8, 32), V_cache=torch.zeros(1, 8, 32), cos=torch.zeros(16, 1, 1),
                       sin=torch.zeros(16, 1, 1), kv_cache_update_idx=torch.zeros(1, 1, dtype=torch.int32))
-    with pytest.raises(AssertionError, match="attention_mask is not supported"):
-        attention_block_tkg(**{**args, "attention_mask": torch.zeros(8, 1, 1, 1)})
+    with pytest.raises(AssertionError, match=r"attention mask \(8, 1, 2, 1\) must be \[S_ctx, 1, 1, 1\]"):
+        attention_block_tkg(**{**args, "attention_mask": torch.ones(8, 1, 2, 1, dtype=torch.uint8)})
     with pytest.raises(AssertionError, match="update_cache=True"):
         attention_block_tkg(**{**args, "update_cache": False})
 
@@ -252,7 +313,7 @@ def test_attention_block_tkg_rejects_unsupported_features():
 def test_megakernel_estimate_beats_separate_kernels():
     """Cost model: one megakernel decode step of the small Lab 2 stack vs the same math as
     separate core kernels per layer (each paying its DMA latency and HBM round trips)."""
-    from nkilib.core.attention.attention_tkg import attention_tkg
+    from nkilib.core.attention.attention_decode_hf import attention_decode_hf
     from nkilib.core.mlp.mlp import mlp
     from nkilib.core.qkv.qkv import qkv
 
@@ -286,7 +347,7 @@ def test_megakernel_estimate_beats_separate_kernels():
             qkv, input=X, fused_qkv_weights=layers["W_qkvs"][i], weight_layout=WeightLayout.OUT_IN
         ).total_us
         sep += nki.estimate(
-            attention_tkg,
+            attention_decode_hf,
             q=q,
             k_active=q,
             v_active=q,

@@ -62,7 +62,7 @@ REAL_SIGNATURES = {
     ),
     "nkilib.core.cumsum:cumsum": "x axis=-1",
     "nkilib.core.attention.attention_tkg:attention_tkg": (
-        "q k_active v_active k_prior=None v_prior=None mask=None out=None cfg=None sbm=None inv_freqs=None "
+        "q k_active v_active k_prior v_prior mask out cfg sbm inv_freqs=None "
         "rope_pos_ids=None start_pos_ids=None sink=None active_blocks_table=None k_out=None DBG_TENSORS=None"
     ),
     "nkilib.core.rmsnorm.rmsnorm_quant:rmsnorm_quant_kernel": "hidden ln_w kargs input_dequant_scale=None",
@@ -416,15 +416,3 @@ def test_rmsnorm_tkg_takes_tensor_views():
 
     x, g = torch.randn(1, 8, 256), torch.rand(1, 256) + 0.5
     torch.testing.assert_close(k(x, g), rmsnorm_tkg_torch(x[:, 2:5].contiguous(), g, 1e-6, False), rtol=1e-5, atol=1e-5)
-
-
-def test_attention_tkg_rejects_the_librarys_subkernel_interface():
-    """A library-style call (cfg, mask) fails with a message naming the argument and the layout."""
-    from nkilib.core.attention.attention_tkg import attention_tkg
-    from nkilib.core.attention.attention_tkg_utils import AttnTKGConfig
-
-    cfg = AttnTKGConfig(bs=1, q_head=2, s_active=1, curr_sprior=8, full_sprior=8, d_head=16)
-    assert cfg.enable_fa_s_prior_tiling and not cfg.qk_in_sb  # the library's defaults
-    q = torch.zeros(1, 2, 1, 16)
-    with pytest.raises(AssertionError, match="cfg is not supported on neuron-emu.*Hugging Face"):
-        attention_tkg(q=q, k_active=q[:, :1], v_active=q[:, :1], cfg=cfg)

@@ -1,5 +1,5 @@
 """The Lab 2 Llama with NKI Library core kernels: MLP (nkilib mlp), RoPE (rope_hf) and
-attention (attention_cte for prefill, attention_tkg for decode). Same weights and inputs as
+attention (attention_cte for prefill, neuron-emu's attention_decode_hf for decode). Same weights and inputs as
 the baseline; only the forward paths differ."""
 
 from llama_base.llama import Llama as _BaseLlama

@@ -27,6 +27,6 @@ class SelfAttention(nn.Module):
         # nkilib rope_hf: rotate-half RoPE on q and k in one kernel.
         q, k = nki_rope(q, k, cos[pos], sin[pos])
         # Static KV cache update + causal attention over it: attention_cte for the prefill
-        # step, attention_tkg (cache write fused) for decode steps.
+        # step, attention_decode_hf (cache write fused) for decode steps.
         out = nki_attn(q, k, v, k_cache, v_cache, pos)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, cfg.n_heads * cfg.head_dim))

@@ -1,7 +1,6 @@
-"""The library's configuration object of its SBUF attention_tkg subkernel (``AttnTKGConfig``),
-so code that builds one imports and constructs it here. neuron-emu's attention_tkg is the
-Hugging Face layout kernel described in docs/nkilib.md and rejects a cfg with a message that
-names it (see ``attention_tkg``)."""
+"""The configuration object of the attention_tkg SBUF subkernel (``AttnTKGConfig``): shapes and
+layout flags, with the library's fields and defaults (see attention_tkg.py for what each layout
+flag selects)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ...core.attention.attention_tkg import attention_decode_sbuf, heads_to_T, write_kv_cache
+from ...core.attention.attention_decode_hf import attention_decode_sbuf, heads_to_T, write_kv_cache
 from ...core.utils.common_types import QuantizationType, WeightLayout
 from ...core.utils.kernel_assert import kernel_assert
 from ...core.utils.tile_ops import (
@@ -104,11 +104,13 @@ def attention_block_hT(
     cdt,
     ones=None,
     scale=None,
+    mask=None,
 ):
     """One attention block on the hT residual [128, KH, B*S]; returns the block output in hT
     layout (rounded to cdt, as a bf16 nn.Linear output would be). ones: the RMSNorm's ones
     matrix when the caller shares one (tile_ops.ones_matrix), else None. scale: the softmax
-    scale (None: 1/sqrt(d))."""
+    scale (None: 1/sqrt(d)). mask: the library's attention mask [S_ctx, B, Hq, S] or None
+    (generated from pos_sb)."""
     H, Hq, Hkv, d = spec.H, spec.Hq, spec.Hkv, spec.d
     T = B * S
     xn = rmsnorm_hT(resT, H, T, gammaT, eps, cdt, name="attn_norm", ones=ones) if gammaT is not None else resT
@@ -130,7 +132,7 @@ def attention_block_hT(
     kT = heads_to_T(k_tok, T, Hkv, d, "kT")
     attnT = attention_decode_sbuf(
         qT, kT, v_tok, B, S, Hq, Hkv, d, 1.0 / math.sqrt(d) if scale is None else float(scale),
-        K_cache, V_cache, pos_sb,
+        K_cache, V_cache, pos_sb, mask=mask,
     )
     if update_cache:
         write_kv_cache(K_cache, k_tok, B, S, Hkv, d, pos_sb)
@@ -222,8 +224,10 @@ def attention_block_tkg(
             [max_pos, d/2] tables gathered in-kernel at kv_cache_update_idx + s.
         K_cache, V_cache: [B+, S_max, d] (the library's single kv head) or [B+, Hkv, S_max, d]
             (Hugging Face layout); K_cache_transposed must be False.
-        attention_mask: None: the mask is generated from kv_cache_update_idx (cache positions
-            < kv_cache_update_idx[b] and the active tokens causally are visible).
+        attention_mask: the library's mask [S_ctx, B, Hq, S] (key, batch, query head, query;
+            nonzero = attend): the first S_ctx - S cache positions are the prior keys and its
+            last S rows the active tokens. None: generated from kv_cache_update_idx (cache
+            positions < kv_cache_update_idx[b] and the active tokens causally are visible).
         update_cache: must be True: the new keys/values are written into the caches at
             kv_cache_update_idx ([B, 1] int32, also the number of valid cache entries).
         W_out: [Hq d, H]. softmax_scale: None (1/sqrt(d)) or a float.
@@ -237,7 +241,6 @@ def attention_block_tkg(
     for name, v in (
         ("bias_qkv", bias_qkv),
         ("bias_out", bias_out),
-        ("attention_mask", attention_mask),
         ("sink", sink),
         ("weight_dequant_scale_qkv", weight_dequant_scale_qkv),
         ("input_dequant_scale_qkv", input_dequant_scale_qkv),
@@ -290,7 +293,7 @@ def attention_block_tkg(
         resT = rmsnorm_hT(resT, H, B * S, None, rmsnorm_X_eps, cdt, name="attn_norm")
     outT = attention_block_hT(
         resT, spec, B, S, gT, rmsnorm_X_eps, rope, K_cache, V_cache, pos_sb, update_cache, cdt,
-        scale=softmax_scale,
+        scale=softmax_scale, mask=attention_mask,
     )
     store_hT(out, outT)
     return out, K_in, V_in

@@ -69,7 +69,12 @@ def transformer_tkg(
         RoPE_cos, RoPE_sin: [d/2, B, S_tkg] values of the active tokens, or [max_pos, d/2]
             tables gathered in-kernel at position_ids[b] + s (neuron-emu extension).
         position_ids: [B, 1] int32: each sequence's first active position = the number of valid
-            cache entries (masks are generated from it; mask_cache / mask_active must be None).
+            cache entries and the cache write position.
+        mask_cache: None (masks generated from position_ids) or the library's attention mask
+            [S_ctx, B, Hq, S_tkg] of every layer (nonzero = attend; the first S_ctx - S_tkg cache
+            positions are the prior keys, its last S_tkg rows the active tokens).
+        mask_active: accepted and not read, as by the library's kernel (mask_cache holds the
+            active tokens' mask).
         num_layers: layers to run (the lists may be longer).
         eps: RMSNorm epsilon.
         replica_groups: None only (no collectives on neuron-emu); W_*_scales: None only.
@@ -80,10 +85,6 @@ def transformer_tkg(
     kernel_assert(
         replica_groups is None,
         "transformer_tkg: collectives (replica_groups) are not supported on neuron-emu",
-    )
-    kernel_assert(
-        mask_cache is None and mask_active is None,
-        "transformer_tkg: neuron-emu generates the masks from position_ids (pass mask_cache=None, mask_active=None)",
     )
     kernel_assert(position_ids is not None, "transformer_tkg: position_ids is required")
     kernel_assert(
@@ -114,7 +115,8 @@ def transformer_tkg(
         spec = AttnBlockSpec(W_qkvs[layer], W_outs[layer], H, Hkv, d, weight_layout)
         g_attn = load_vec_T(W_gamma_qkvs[layer], H, nl.float32, name="gamma_attn")
         attn = attention_block_hT(
-            resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt, ones
+            resT, spec, B, S, g_attn, eps, rope, K_caches[layer], V_caches[layer], pos_sb, True, cdt, ones,
+            mask=mask_cache,
         )
         add_residual(resT, attn, H)
         _, I = weight_dims(W_ups[layer], weight_layout)

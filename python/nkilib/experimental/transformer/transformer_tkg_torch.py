@@ -46,9 +46,13 @@ def transformer_tkg_torch(
     num_layers,
     eps=1e-6,
     weight_layout=WeightLayout.IN_OUT,
+    mask_cache=None,
     **ignored,
 ):
-    """Returns (out [B, S, H] in X.dtype, updated copies of the caches)."""
+    """Returns (out [B, S, H] in X.dtype, updated copies of the caches). mask_cache: None (cache
+    positions < position_ids[b] and the active tokens causally) or the library's mask
+    [S_ctx, B, Hq, S] over the first S_ctx - S cache positions (before this step's write) and
+    the S active tokens."""
     dt = X.dtype
     B, S, _H = X.shape
     Hkv, d = K_caches[0].shape[1], K_caches[0].shape[3]
@@ -73,12 +77,19 @@ def transformer_tkg_torch(
         outs = []
         for b in range(B):
             p = int(pos[b])
+            if mask_cache is not None:
+                n = mask_cache.shape[0] - S
+                kw = torch.cat([kcs[layer][b, :, :n], k[b].transpose(0, 1).to(kcs[layer].dtype)], 1)
+                vw = torch.cat([vcs[layer][b, :, :n], v[b].transpose(0, 1).to(vcs[layer].dtype)], 1)
+                keep = (mask_cache[:, b] != 0).permute(1, 2, 0)  # [Hq, S, S_ctx]
             kcs[layer][b, :, p : p + S] = k[b].transpose(0, 1)
             vcs[layer][b, :, p : p + S] = v[b].transpose(0, 1)
-            keys = kcs[layer][b, :, : p + S].float().repeat_interleave(Hq // Hkv, 0)
-            vals = vcs[layer][b, :, : p + S].float().repeat_interleave(Hq // Hkv, 0)
+            if mask_cache is None:
+                kw, vw = kcs[layer][b, :, : p + S], vcs[layer][b, :, : p + S]
+                keep = torch.ones(S, p + S, dtype=torch.bool).tril(p)
+            keys = kw.float().repeat_interleave(Hq // Hkv, 0)
+            vals = vw.float().repeat_interleave(Hq // Hkv, 0)
             sc = q[b].float().transpose(0, 1) @ keys.transpose(1, 2) / math.sqrt(d)
-            keep = torch.ones(S, p + S, dtype=torch.bool).tril(p)
             sc = sc.masked_fill(~keep, float("-inf"))
             outs.append((torch.softmax(sc, -1) @ vals).transpose(0, 1).reshape(S, Hq * d))
         attn = torch.stack(outs).to(dt)
