@@ -272,18 +272,45 @@ void apply_row_defs(uint8_t* def, const uint8_t* row_ok, int64_t rows, int64_t F
     if (!row_ok[r]) std::fill(def + r * F, def + (r + 1) * F, uint8_t{0});
 }
 
+// The float arithmetic of tensor_scalar: op0, then op1 (when `two`), with an immediate or a
+// per-partition scalar each.
+struct ScalarOps {
+  Alu op0, op1;
+  bool two, rev0, rev1;
+  float imm0, imm1;
+  explicit ScalarOps(const isa::Fields<Op::TensorScalar>& f)
+      : op0(f.alu<"op0">()),
+        op1(f.i<"op1">() >= 0 ? f.alu<"op1">() : Alu::Bypass),
+        two(f.i<"op1">() >= 0),
+        rev0(f.flag<"reverse0">()),
+        rev1(f.flag<"reverse1">()),
+        imm0(static_cast<float>(f.imm<"imm0">())),
+        imm1(static_cast<float>(f.imm<"imm1">())) {}
+  // Dense rows x[rows, F] in place; v0/v1: the scalar of each row (null: the immediate).
+  void rows(float* x, int64_t rows, int64_t F, const float* v0, const float* v1) const {
+    if (!v0 && !v1) {  // immediates: one pass over the whole block
+      alu_vs(op0, x, imm0, rev0, x, rows * F);
+      if (two) alu_vs(op1, x, imm1, rev1, x, rows * F);
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      float* xr = x + r * F;
+      alu_vs(op0, xr, v0 ? v0[r] : imm0, rev0, xr, F);
+      if (two) alu_vs(op1, xr, v1 ? v1[r] : imm1, rev1, xr, F);
+    }
+  }
+};
+
 void tensor_scalar(Ctx& c, Views& w) {
   using FX = isa::Fields<Op::TensorScalar>;
   const FX f{c.in()};
   constexpr int k0 = FX::k<"operand0">, k1 = FX::k<"operand1">;
   View &d = w.v[FX::k<"dst">], &a = w.v[FX::k<"data">];
   const int64_t F = a.free();
-  const auto op0 = f.alu<"op0">();
-  const bool two = f.i<"op1">() >= 0;
-  const auto op1 = two ? f.alu<"op1">() : Alu::Bypass;
-  const bool rev0 = f.flag<"reverse0">(), rev1 = f.flag<"reverse1">();
-  const float imm0 = static_cast<float>(f.imm<"imm0">()),
-              imm1 = static_cast<float>(f.imm<"imm1">());
+  const ScalarOps so(f);
+  const Alu op0 = so.op0, op1 = so.op1;
+  const bool two = so.two, rev0 = so.rev0, rev1 = so.rev1;
+  const float imm0 = so.imm0, imm1 = so.imm1;
   const bool ints = int_path(w, {0, 1, 2, 3}, {f.i<"op0">(), f.i<"op1">()});
   const bool vec0 = w.has[k0], vec1 = two && w.has[k1];
   const bool direct = !ints && F >= 128 && f32_rows(a) && f32_rows(d);
@@ -308,16 +335,13 @@ void tensor_scalar(Ctx& c, Views& w) {
     } else {
       float* x = sc.fb(0, n);
       gather_f32(a, p0, rows, x);
-      if (!vec0 && !vec1) {  // immediates: one pass over the whole block
-        alu_vs(op0, x, imm0, rev0, x, n);
-        if (two) alu_vs(op1, x, imm1, rev1, x, n);
-      } else {
-        for (int64_t r = 0; r < rows; ++r) {
-          float* xr = x + r * F;
-          alu_vs(op0, xr, vec0 ? vec_at(w.v[k0], p0 + r) : imm0, rev0, xr, F);
-          if (two) alu_vs(op1, xr, vec1 ? vec_at(w.v[k1], p0 + r) : imm1, rev1, xr, F);
-        }
+      float* v0 = vec0 ? sc.fb(1, rows) : nullptr;
+      float* v1 = vec1 ? sc.fb(2, rows) : nullptr;
+      for (int64_t r = 0; r < rows; ++r) {
+        if (v0) v0[r] = vec_at(w.v[k0], p0 + r);
+        if (v1) v1[r] = vec_at(w.v[k1], p0 + r);
       }
+      so.rows(x, rows, F, v0, v1);
       scatter_f32(d, p0, rows, x);
     }
     if (c.check) {
@@ -1314,6 +1338,88 @@ void topk(Ctx& c, Views& w) {
     }
     if (!defined) c.note_undefined(FX::k<"src">);
   });
+}
+
+// Plan::fused_runs: every instruction of the run on a block of partitions, then the next block.
+// The operands are dense fp32 copies ("registers", FusedRun): loaded on first read, stored
+// after the block when written. The arithmetic is the instructions' own (ScalarOps, alu_vv, a
+// copy of fp32 bits), on the same fp32 values, so the results are the same bits.
+void fused_run(Ctx& c, const FusedRun& run) {
+  const Plan& pl = *c.plan;
+  const FusedReg* regs = pl.fused_regs.data() + run.reg0;
+  const int nr = run.nregs;
+  View v[FusedRun::kMaxRegs];
+  int64_t at[FusedRun::kMaxRegs], width = 0;
+  for (int r = 0; r < nr; ++r) {
+    plan_view(c, regs[r].view, v[r]);
+    collapse_free(v[r]);
+    at[r] = width;
+    width += regs[r].free;
+  }
+  const int64_t P = run.parts;
+  const int64_t block = std::max<int64_t>(1, std::min<int64_t>(P, 8192 / width));
+  float* buf = scratch().fb(0, block * width);
+  const int32_t start = c.pc;
+  for (int64_t p0 = 0; p0 < P; p0 += block) {
+    const int64_t rows = std::min(block, P - p0);
+    uint32_t loaded = 0, dirty = 0;
+    auto reg = [&](int r, bool read) {
+      float* x = buf + at[r] * block;
+      if (read && !(loaded >> r & 1)) {
+        gather_f32(v[r], p0, rows, x);
+        loaded |= 1u << r;
+      }
+      return x;
+    };
+    auto wrote = [&](int r) {
+      loaded |= 1u << r;
+      dirty |= 1u << r;
+    };
+    for (c.pc = start; c.pc < run.end; ++c.pc) {
+      const auto& map = pl.fused_ops[static_cast<size_t>(run.op0 + c.pc - start)];
+      const Instr& in = c.in();
+      switch (in.op) {
+        case Op::TensorScalar: {
+          using FX = isa::Fields<Op::TensorScalar>;
+          const ScalarOps so(FX{in});
+          const int ra = map[FX::k<"data">], rd = map[FX::k<"dst">];
+          const int r0 = map[FX::k<"operand0">], r1 = map[FX::k<"operand1">];
+          const float* v0 = r0 >= 0 ? reg(r0, true) : nullptr;
+          const float* v1 = r1 >= 0 ? reg(r1, true) : nullptr;
+          const float* a = reg(ra, true);
+          float* d = reg(rd, false);
+          const int64_t F = regs[ra].free;
+          if (d != a) std::memcpy(d, a, static_cast<size_t>(rows * F) * 4);
+          so.rows(d, rows, F, v0, v1);
+          wrote(rd);
+          break;
+        }
+        case Op::TensorTensor: {
+          using FX = isa::Fields<Op::TensorTensor>;
+          const int r1 = map[FX::k<"data1">], rd = map[FX::k<"dst">];
+          const float* a = reg(r1, true);
+          const float* b = reg(map[FX::k<"data2">], true);
+          alu_vv(FX{in}.alu<"op">(), a, b, reg(rd, false), rows * regs[r1].free);
+          wrote(rd);
+          break;
+        }
+        case Op::TensorCopy: {
+          using FX = isa::Fields<Op::TensorCopy>;
+          const int rs = map[FX::k<"src">], rd = map[FX::k<"dst">];
+          const float* s = reg(rs, true);
+          float* d = reg(rd, false);
+          if (d != s) std::memcpy(d, s, static_cast<size_t>(rows * regs[rs].free) * 4);
+          wrote(rd);
+          break;
+        }
+        default:
+          c.fail("runtime", "instruction in a fused run that cannot be fused", "");
+      }
+    }
+    for (int r = 0; r < nr; ++r)
+      if (dirty >> r & 1) scatter_f32(v[r], p0, rows, buf + at[r] * block);
+  }
+  c.pc = start;
 }
 
 template <void (*Fn)(Ctx&, Views&)>

@@ -24,7 +24,6 @@ struct View {
   int es = 4;
   int ndim = 0;
   Mem mem = Mem::Sbuf;
-  int32_t buf = -1;
   std::array<int64_t, kMaxApDims> stride{};
   std::array<int64_t, kMaxApDims> num{};
 
@@ -86,7 +85,17 @@ struct Ctx {
   int64_t last_undef = -1;
 
   const Instr& in() const { return prog.instrs()[pc]; }
-  bool has(int k) const { return k < in().nap && in().ap[k].present(); }
+  // The current instruction's operands resolved by the plan (null: make_view resolves them).
+  const PlanView* planned() const {
+    if (!plan) return nullptr;
+    const int32_t at = plan->view_at[static_cast<size_t>(pc)];
+    return at >= 0 ? plan->views.data() + at : nullptr;
+  }
+  bool has(int k) const {
+    if (k >= in().nap) return false;
+    const PlanView* pv = planned();
+    return pv ? pv[k].present : in().ap[k].present();
+  }
   [[noreturn]] void fail(const std::string& kind, const std::string& msg,
                          const std::string& rule) const {
     throw NkiError(kind, prog.instr_name(in()), prog.location(in()), msg, rule);
@@ -120,6 +129,10 @@ bool matmul_run(Ctx& c, int32_t span, const std::function<void()>& step);
 // Resolves operand k of the current instruction (dynamic offsets, bounds). Returns false
 // when a DMA with oob_mode=skip is out of bounds.
 bool make_view(Ctx& c, int k, View& v);
+// An operand the plan resolved, at this launch's addresses.
+void plan_view(Ctx& c, const PlanView& p, View& v);
+// Runs the fused run starting at c.pc (exec_compute.cpp). Leaves c.pc unchanged.
+void fused_run(Ctx& c, const FusedRun& run);
 // Merges free dimensions that are contiguous in memory (keeps dim 0).
 void collapse_free(View& v);
 

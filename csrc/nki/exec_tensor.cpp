@@ -31,12 +31,25 @@ SetThreadsFn mkl_set_threads_local() {
   return fn;
 }
 
+// Runs run(n0, n1) over the columns of a tile product: in blocks over the host threads when the
+// product is large (m * n * k >= 2^21 and at least min_cols columns), each block at least
+// min_grain columns and a multiple of `align`; else in one call (and inside a parallel region).
+template <typename Fn>
+void split_columns(const kernels::GemmProblem& g, int64_t min_cols, int64_t min_grain,
+                   int64_t align, Fn&& run) {
+  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
+  if (threads <= 1 || g.m * g.n * g.k < (int64_t{1} << 21) || g.n < min_cols) {
+    run(int64_t{0}, g.n);
+    return;
+  }
+  const int64_t share = ((g.n + threads - 1) / threads + align - 1) / align * align;
+  rt::parallel_for(0, g.n, std::max(min_grain, share), run);
+}
+
 // C[M, N] (+)= A^T-layout GEMM of one tile, column blocks in parallel, one MKL thread each.
 void tile_gemm(const kernels::GemmProblem& g) {
   const SetThreadsFn set = mkl_set_threads_local();
-  const int64_t work = g.m * g.n * g.k;
-  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
-  auto run = [&](int64_t n0, int64_t n1) {
+  split_columns(g, 64, 32, 1, [&](int64_t n0, int64_t n1) {
     kernels::GemmProblem q = g;
     q.n = n1 - n0;
     q.b = static_cast<const float*>(g.b) + n0 * g.b_cs;
@@ -45,13 +58,7 @@ void tile_gemm(const kernels::GemmProblem& g) {
     const int prev = set ? set(&one) : 0;
     kernels::gemm(q);
     if (set) set(&prev);
-  };
-  if (threads <= 1 || work < (int64_t{1} << 21) || g.n < 64) {
-    run(0, g.n);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(32, (g.n + threads - 1) / threads);
-  rt::parallel_for(0, g.n, grain, run);
+  });
 }
 
 // Whether the micro-kernel computes this tile product: AVX-512 hosts, where neither side is
@@ -63,21 +70,15 @@ bool use_micro_kernel(const kernels::GemmProblem& g) {
          !(g.k == 1 && g.beta != 0.0);
 }
 
-// C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate), column blocks in parallel.
+// C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate), column blocks in parallel (whole
+// 64-column panels).
 void tile_matmul(const kernels::GemmProblem& g, const simd::MatmulOperand& A,
                  const simd::MatmulOperand& B) {
   float* C = static_cast<float*>(g.c);
   const bool acc = g.beta != 0.0;
-  auto run = [&](int64_t n0, int64_t n1) {
+  split_columns(g, 128, 64, 64, [&](int64_t n0, int64_t n1) {
     simd::matmul_f32(C, g.c_rs, A, B, g.m, g.k, n0, n1, acc);
-  };
-  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
-  if (threads <= 1 || g.m * g.n * g.k < (int64_t{1} << 21) || g.n < 128) {
-    run(0, g.n);
-    return;
-  }
-  const int64_t grain = (((g.n + threads - 1) / threads) + 63) / 64 * 64;
-  rt::parallel_for(0, g.n, grain, run);
+  });
 }
 
 // An on-chip operand the micro-kernel reads in place: [K, F] with contiguous bf16/fp32 rows.

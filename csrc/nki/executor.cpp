@@ -327,7 +327,38 @@ std::string Ctx::undefined_origin() const {
   return s;
 }
 
+void plan_view(Ctx& c, const PlanView& p, View& v) {
+  v.dtype = p.dtype;
+  v.es = dt_size(p.dtype);
+  v.ndim = p.ndim;
+  v.mem = p.mem;
+  for (int d = 0; d < p.ndim; ++d) {
+    v.stride[d] = p.stride[d];
+    v.num[d] = p.num[d];
+  }
+  switch (p.mem) {
+    case Mem::Hbm: {
+      const Binding& b = c.bind[static_cast<size_t>(p.slot)];
+      v.base = b.data + p.off;
+      v.def = b.def ? b.def + p.off : nullptr;
+      break;
+    }
+    case Mem::Sbuf:
+      v.base = c.core.sbuf() + p.off;
+      v.def = nullptr;  // planned runs are unchecked
+      break;
+    case Mem::Psum:
+      v.base = c.core.psum() + p.off;
+      v.def = nullptr;
+      break;
+  }
+}
+
 bool make_view(Ctx& c, int k, View& v) {
+  if (const PlanView* pv = c.planned()) {
+    plan_view(c, pv[k], v);
+    return true;
+  }
   const int32_t alt = c.plan ? c.plan->alt[static_cast<size_t>(c.pc)] : -1;
   const Phys& ph = alt >= 0 ? c.plan->alt_phys[static_cast<size_t>(alt)][k] : c.prog.phys()[c.pc][k];
   const Ap& a = c.in().ap[k];
@@ -335,7 +366,6 @@ bool make_view(Ctx& c, int k, View& v) {
   v.es = dt_size(ph.dtype);
   v.ndim = ph.ndim;
   v.mem = ph.mem;
-  v.buf = ph.buf;
   v.stride = ph.stride;
   v.num = ph.num;
   int64_t off = ph.byte_off;
@@ -533,8 +563,23 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
     }
   };
   // One straight-line instruction at c.pc (an elided DMA does nothing); advances c.pc.
-  const std::function<void()> step = [&] {
+  auto step = [&] {
     const Instr& in = instrs[c.pc];
+    if (c.plan && c.pc + 1 < n) {
+      // The next instruction's records are not in cache in a long program (~0.8 KB each):
+      // fetch the lines it reads (opcode, attributes, resolved operands) while this one runs.
+      const Instr& nx = instrs[c.pc + 1];
+      __builtin_prefetch(&nx.op);
+      __builtin_prefetch(&nx.i[0]);
+      __builtin_prefetch(&nx.i[kNumInts - 1]);
+      __builtin_prefetch(&nx.f[kNumFloats - 1]);
+      const int32_t at = c.plan->view_at[static_cast<size_t>(c.pc + 1)];
+      if (at >= 0) {
+        const size_t end = std::min(c.plan->views.size(), static_cast<size_t>(at) + 3);
+        for (size_t k = static_cast<size_t>(at); k < end; ++k)
+          __builtin_prefetch(&c.plan->views[k]);
+      }
+    }
     if (!(c.plan && c.plan->skip[static_cast<size_t>(c.pc)])) {
       c.dyn.fill(0);
       in.def().exec(c);
@@ -594,9 +639,16 @@ void execute(const Program& prog, CoreState& core, const std::vector<Binding>& b
       default:
         break;
     }
+    if (const int32_t f = c.plan ? c.plan->fused_at[static_cast<size_t>(c.pc)] : -1; f >= 0) {
+      const FusedRun& r = c.plan->fused_runs[static_cast<size_t>(f)];
+      fused_run(c, r);
+      executed += r.end - c.pc;
+      c.pc = r.end;
+      continue;
+    }
     if (c.plan && c.plan->matmul_run[static_cast<size_t>(c.pc)] > 1) {
       const int32_t span = c.plan->matmul_run[static_cast<size_t>(c.pc)];
-      if (matmul_run(c, span, step)) {
+      if (matmul_run(c, span, std::function<void()>(step))) {
         executed += span;
         c.pc += span;
         continue;

@@ -16,6 +16,8 @@
 // the DMA and its last in-place reader; a write to another HBM tensor in that window is a
 // hazard checked at launch (the caller may pass the same memory twice).
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -184,7 +186,6 @@ View view_of(const Phys& ph) {
   v.es = dt_size(ph.dtype);
   v.ndim = ph.ndim;
   v.mem = ph.mem;
-  v.buf = ph.buf;
   v.stride = ph.stride;
   v.num = ph.num;
   return v;
@@ -420,17 +421,214 @@ void build_matmul_runs(const Program& prog, Plan& pl) {
   }
 }
 
+// Every instruction's operands as make_view resolves them (the in-place operands of elided
+// DMAs included), when all of them are static and fit a PlanView.
+void build_views(const Program& prog, Plan& pl) {
+  const auto& instrs = prog.instrs();
+  pl.view_at.assign(instrs.size(), -1);
+  pl.views.clear();
+  auto fits = [](int64_t x) { return x >= INT32_MIN && x <= INT32_MAX; };
+  for (size_t t = 0; t < instrs.size(); ++t) {
+    const Instr& in = instrs[t];
+    if (in.def().control || pl.skip[t]) continue;
+    const int32_t a = pl.alt[t];
+    const auto& ph = a >= 0 ? pl.alt_phys[static_cast<size_t>(a)] : prog.phys()[t];
+    const size_t at = pl.views.size();
+    bool ok = true;
+    for (int k = 0; k < in.nap && ok; ++k) {
+      PlanView& v = pl.views.emplace_back();
+      if (!in.ap[k].present()) continue;
+      const Phys& p = ph[k];
+      ok = p.reg < 0;
+      for (int d = 0; d < p.ndim && ok; ++d) ok = fits(p.stride[d]) && fits(p.num[d]);
+      v.present = true;
+      v.off = p.byte_off;
+      v.slot = p.slot;
+      v.mem = p.mem;
+      v.dtype = p.dtype;
+      v.ndim = p.ndim;
+      for (int d = 0; d < p.ndim; ++d) {
+        v.stride[d] = static_cast<int32_t>(p.stride[d]);
+        v.num[d] = static_cast<int32_t>(p.num[d]);
+      }
+    }
+    if (ok)
+      pl.view_at[t] = static_cast<int32_t>(at);
+    else
+      pl.views.resize(at);
+  }
+}
+
+// Fused runs of fp32 elementwise instructions (FusedRun in program.h).
+constexpr int32_t kMaxFusedRegs = FusedRun::kMaxRegs;
+
+bool same_view(const PlanView& a, const PlanView& b) {
+  if (a.off != b.off || a.mem != b.mem || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.stride[d] != b.stride[d] || a.num[d] != b.num[d]) return false;
+  return true;
+}
+
+// A fusable operand: fp32 on chip, its rows on consecutive partitions; its first partition
+// and the bytes [lo, hi) it touches within a partition. Written operands must not hit an
+// element twice (their register would hold values memory cannot).
+struct Placed {
+  int64_t p0 = 0, parts = 0, lo = 0, hi = 0, free = 1;
+};
+bool place(const Program& prog, const PlanView& v, bool written, Placed& out) {
+  if (!v.present || v.mem == Mem::Hbm || v.dtype != DT::Float32 || v.ndim < 1) return false;
+  const int64_t pitch =
+      v.mem == Mem::Sbuf ? Program::sbuf_pitch(prog.target()) : Program::psum_pitch(prog.target());
+  out.parts = v.num[0];
+  if (out.parts < 1 || (out.parts > 1 && v.stride[0] != pitch)) return false;
+  out.p0 = v.off / pitch;
+  out.lo = v.off % pitch;
+  out.hi = out.lo + 4;
+  out.free = 1;
+  int64_t span = 4;  // innermost first: each dimension steps over the ones inside it
+  for (int d = v.ndim - 1; d >= 1; --d) {
+    const int64_t n = v.num[d], st = v.stride[d];
+    out.free *= n;
+    if (n == 1) continue;
+    const int64_t ext = st * (n - 1);
+    (ext < 0 ? out.lo : out.hi) += ext;
+    if (written && st < span) return false;
+    span = std::abs(st) * (n - 1) + span;
+  }
+  return out.lo >= 0 && out.hi <= pitch;
+}
+
+// Which operands of a fusable instruction it reads and writes (none: not fusable).
+bool fusable(const Instr& in, uint8_t& reads, uint8_t& writes) {
+  switch (in.op) {
+    case Op::TensorScalar: {
+      using FX = isa::Fields<Op::TensorScalar>;
+      const FX f{in};
+      if (alu_is_bitvec(f.alu<"op0">()) || (f.i<"op1">() >= 0 && alu_is_bitvec(f.alu<"op1">())))
+        return false;
+      reads = 1 << FX::k<"data">;
+      if (f.has<"operand0">()) reads |= 1 << FX::k<"operand0">;
+      if (f.i<"op1">() >= 0 && f.has<"operand1">()) reads |= 1 << FX::k<"operand1">;
+      writes = 1 << FX::k<"dst">;
+      return true;
+    }
+    case Op::TensorTensor: {
+      using FX = isa::Fields<Op::TensorTensor>;
+      if (alu_is_bitvec(FX{in}.alu<"op">())) return false;
+      reads = 1 << FX::k<"data1"> | 1 << FX::k<"data2">;
+      writes = 1 << FX::k<"dst">;
+      return true;
+    }
+    case Op::TensorCopy: {
+      using FX = isa::Fields<Op::TensorCopy>;
+      reads = 1 << FX::k<"src">;
+      writes = 1 << FX::k<"dst">;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void build_fused_runs(const Program& prog, Plan& pl) {
+  const auto& instrs = prog.instrs();
+  const auto n = static_cast<int32_t>(instrs.size());
+  pl.fused_at.assign(instrs.size(), -1);
+  struct Reg {
+    PlanView v;
+    Placed at;
+  };
+  std::vector<Reg> regs;
+  std::vector<std::array<int8_t, kMaxOperands>> ops;
+  // Adds instruction i to the run in `regs`/`ops`; false (nothing changed) when it cannot join.
+  auto join = [&](int32_t i) {
+    const Instr& in = instrs[static_cast<size_t>(i)];
+    uint8_t reads = 0, writes = 0;
+    const int32_t at = pl.view_at[static_cast<size_t>(i)];
+    if (at < 0 || pl.skip[static_cast<size_t>(i)] || pl.matmul_run[static_cast<size_t>(i)] ||
+        !fusable(in, reads, writes))
+      return false;
+    const size_t nregs = regs.size();
+    std::array<int8_t, kMaxOperands> map;
+    map.fill(-1);
+    for (int k = 0; k < in.nap; ++k) {
+      if (!((reads | writes) >> k & 1)) continue;
+      const PlanView& v = pl.views[static_cast<size_t>(at + k)];
+      Placed p;
+      bool ok = place(prog, v, writes >> k & 1, p) &&
+                (regs.empty() || (p.p0 == regs[0].at.p0 && p.parts == regs[0].at.parts));
+      int r = -1;
+      for (size_t j = 0; j < regs.size() && ok; ++j) {
+        if (same_view(regs[j].v, v)) {
+          r = static_cast<int>(j);
+          break;
+        }
+        ok = regs[j].v.mem != v.mem || regs[j].at.hi <= p.lo || p.hi <= regs[j].at.lo;
+      }
+      if (ok && r < 0) {
+        ok = regs.size() < static_cast<size_t>(kMaxFusedRegs);
+        r = static_cast<int>(regs.size());
+        if (ok) regs.push_back({v, p});
+      }
+      if (!ok) {
+        regs.resize(nregs);
+        return false;
+      }
+      map[static_cast<size_t>(k)] = static_cast<int8_t>(r);
+    }
+    if (in.op == Op::TensorScalar) {  // the scalars are read per row before the row is written
+      using FX = isa::Fields<Op::TensorScalar>;
+      const int8_t d = map[FX::k<"dst">];
+      if (map[FX::k<"operand0">] == d || map[FX::k<"operand1">] == d) {
+        regs.resize(nregs);
+        return false;
+      }
+    }
+    ops.push_back(map);
+    return true;
+  };
+  for (int32_t i = 0; i < n;) {
+    regs.clear();
+    ops.clear();
+    int32_t j = i;
+    while (j < n && join(j)) ++j;
+    if (j - i < 2) {
+      i = std::max(j, i + 1);
+      continue;
+    }
+    FusedRun r;
+    r.end = j;
+    r.reg0 = static_cast<int32_t>(pl.fused_regs.size());
+    r.nregs = static_cast<int32_t>(regs.size());
+    r.op0 = static_cast<int32_t>(pl.fused_ops.size());
+    r.parts = regs[0].at.parts;
+    for (const Reg& g : regs) pl.fused_regs.push_back({g.v, g.at.free});
+    pl.fused_ops.insert(pl.fused_ops.end(), ops.begin(), ops.end());
+    pl.fused_at[static_cast<size_t>(i)] = static_cast<int32_t>(pl.fused_runs.size());
+    pl.fused_runs.push_back(r);
+    pl.fused += j - i;
+    i = j;
+  }
+}
+
 }  // namespace
 
 void Program::build_plan() {
   Plan& pl = plan_;
-  const auto n = static_cast<int32_t>(instrs_.size());
   pl = Plan{};
   pl.skip.assign(instrs_.size(), 0);
   pl.alt.assign(instrs_.size(), -1);
   pl.matmul_run.assign(instrs_.size(), 0);
-  for (const Instr& in : instrs_)
-    if (in.def().control) return;  // program order is not execution order
+  bool control = false;
+  for (const Instr& in : instrs_) control |= in.def().control;
+  if (!control) plan_straight_line();  // program order is execution order
+  build_views(*this, pl);
+  build_fused_runs(*this, pl);
+}
+
+void Program::plan_straight_line() {
+  Plan& pl = plan_;
+  const auto n = static_cast<int32_t>(instrs_.size());
   struct Redirect {
     int32_t pc;
     int k;

@@ -176,6 +176,38 @@ struct Phys {
 // instructions that write only on-chip memory the run's later matmuls do not read, run as one
 // parallel job of GEMVs; then their stores and the instructions between them run in program
 // order.
+// An operand of the execution plan resolved once (what make_view computes for a static access
+// pattern, without its base address): one cache line, so a planned instruction reads its
+// operands from a few adjacent lines instead of its Instr and Phys records (~1.7 KB).
+struct PlanView {
+  int64_t off = 0;  // bytes from the start of SBUF/PSUM or of the HBM binding
+  int32_t slot = -1;
+  Mem mem = Mem::Sbuf;
+  DT dtype = DT::Float32;
+  int8_t ndim = 0;
+  bool present = false;
+  std::array<int32_t, kMaxApDims> stride{};  // bytes
+  std::array<int32_t, kMaxApDims> num{};
+};
+
+// A fused run (Plan::fused_runs): consecutive fp32 elementwise instructions (tensor_scalar,
+// tensor_tensor, tensor_copy) on the same partitions, run block of partitions by block of
+// partitions on dense copies of their operands ("registers": each distinct access pattern of
+// the run, loaded on first read, stored once after the block if written). Exact because every
+// instruction of the run reads and writes only partition p of its operands for its row p, and
+// two different access patterns of a run never share a byte.
+struct FusedReg {
+  PlanView view;
+  int64_t free = 0;  // elements per partition
+};
+struct FusedRun {
+  static constexpr int kMaxRegs = 16;
+  int32_t end = 0;               // instructions [start, end)
+  int32_t reg0 = 0, nregs = 0;   // into Plan::fused_regs
+  int32_t op0 = 0;               // into Plan::fused_ops: one entry per instruction of the run
+  int64_t parts = 0;
+};
+
 struct Plan {
   std::vector<uint8_t> skip;  // per instruction: an elided DMA
   std::vector<int32_t> alt;   // per instruction: index into alt_phys (-1: the program's operands)
@@ -184,11 +216,20 @@ struct Plan {
   std::vector<std::pair<int32_t, int32_t>> hazards;
   std::vector<int32_t> matmul_run;  // per instruction: instructions spanned by the run it starts
   std::vector<uint8_t> run_member;  // per instruction: a matmul whose GEMV its run computes
+  // per instruction: index in `views` of its operand 0 (then one entry per operand up to nap),
+  // -1 when an operand has a dynamic offset or does not fit a PlanView (make_view resolves it)
+  std::vector<int32_t> view_at;
+  std::vector<PlanView> views;
+  std::vector<int32_t> fused_at;  // per instruction: the fused run starting here (-1: none)
+  std::vector<FusedRun> fused_runs;
+  std::vector<FusedReg> fused_regs;
+  std::vector<std::array<int8_t, kMaxOperands>> fused_ops;  // register of each operand (-1: absent)
+  int64_t fused = 0;  // instructions inside fused runs
   int64_t elided = 0;               // DMAs skipped
   int64_t redirected = 0;           // operands reading HBM in place
   int64_t runs = 0;                 // matmul runs
 
-  bool empty() const { return elided == 0 && runs == 0; }
+  bool empty() const { return elided == 0 && runs == 0 && views.empty(); }
 };
 
 class Program {
@@ -268,7 +309,8 @@ class Program {
   void allocate();
   void index_births();
   void resolve();
-  void build_plan();  // plan.cpp
+  void build_plan();           // plan.cpp
+  void plan_straight_line();   // plan.cpp: DMA elision and matmul runs
 
   Target target_;
   std::vector<Buffer> buffers_;

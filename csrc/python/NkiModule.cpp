@@ -358,6 +358,8 @@ void init_module(py::module_& m) {
                                d["elided_dmas"] = pl.elided;
                                d["in_place_operands"] = pl.redirected;
                                d["matmul_runs"] = pl.runs;
+                               d["fused_runs"] = static_cast<int64_t>(pl.fused_runs.size());
+                               d["fused_instructions"] = pl.fused;
                                d["elided"] = skipped;
                                return d;
                              })

@@ -323,3 +323,96 @@ def test_lnc2_decode_mlp_reads_every_weight_in_place():
     assert torch.equal(first, again)
     ref = (torch.nn.functional.silu(x.float() @ wg.float().T) * (x.float() @ wu.float().T)) @ wd.float().T
     torch.testing.assert_close(again.float(), ref, rtol=2e-2, atol=2e-2)  # bf16 tiles
+
+
+# -- fused runs of elementwise instructions ------------------------------------------------------
+
+
+@nki.jit
+def _elementwise_chain(x, y):
+    """20 rounds of 5 fusable fp32 instructions (immediates, per-partition scalars, reversed
+    operands, in-place and out-of-place, copies), each round ended by a half-tile write that
+    overlaps the whole tile's access pattern (it cannot share the run)."""
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    Pn, F = x.shape
+    t = nl.load(x)
+    u = nl.load(y)
+    v = nl.ndarray((Pn, 1), nl.float32, buffer=nl.sbuf)
+    w = nl.ndarray((Pn, F), nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=v, src=t[:, 0:1])
+    for i in range(20):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=1.0001, op1=nl.add, operand1=0.5)
+        nisa.tensor_scalar(
+            dst=w, data=t, op0=nl.subtract, operand0=v, reverse0=i % 2 == 1, op1=nl.maximum, operand1=-3.0
+        )
+        nisa.tensor_tensor(dst=t, data1=w, data2=u, op=nl.divide)
+        nisa.tensor_copy(dst=w, src=t)
+        nisa.tensor_tensor(dst=u, data1=u, data2=w, op=nl.add)
+        nisa.tensor_scalar(dst=t[:, 0 : F // 2], data=t[:, F // 2 : F], op0=nl.power, operand0=1.5)
+    nl.store(out, t)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (128, 2), (128, 64), (96, 600)])
+def test_a_fused_run_gives_the_bits_of_the_full_program(shape):
+    """Plan fused runs: consecutive fp32 elementwise instructions on the same partitions run
+    block by block on dense copies of their operands; the results (NaNs from negative powers
+    included) are the bits of the first, checked run, which executes every instruction alone.
+    [96, 600] runs in blocks of partitions (the registers exceed one block)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.standard_normal(shape).astype(np.float32)
+    plan = _elementwise_chain.specialize(x, y).programs[0].plan
+    assert plan["fused_runs"] == 20 and plan["fused_instructions"] == 100
+    full = _elementwise_chain(x, y)  # first run: checked, the full program
+    assert np.isnan(full).any() and np.isfinite(full).any()
+    for _ in range(2):
+        assert np.array_equal(_elementwise_chain(x, y).view(np.uint32), full.view(np.uint32))
+
+
+def _unfusable_kernel(case: str):
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+        Pn, F = x.shape
+        t = nl.load(x)
+        for _ in range(4):
+            if case == "bf16":  # a bf16 tile: every write rounds
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=1.01)
+                nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=0.3)
+            elif case == "partitions":  # other partitions: row p reads partition p + 64
+                nisa.tensor_scalar(dst=t[0:64, :], data=t[64:128, :], op0=nl.multiply, operand0=1.01)
+                nisa.tensor_scalar(dst=t[64:128, :], data=t[0:64, :], op0=nl.add, operand0=0.3)
+            else:  # overlapping access patterns that differ
+                nisa.tensor_scalar(dst=t[:, 0:40], data=t[:, 20:60], op0=nl.multiply, operand0=1.01)
+                nisa.tensor_scalar(dst=t[:, 20:60], data=t[:, 0:40], op0=nl.add, operand0=0.3)
+        nl.store(out, t)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("case", ["bf16", "partitions", "overlap"])
+def test_instructions_a_fused_run_cannot_express_run_alone(case):
+    """No fused run where dense fp32 copies would change a result: bf16 tiles (each write
+    rounds), rows that read other partitions, different access patterns sharing bytes. The
+    results match numpy."""
+    kernel = _unfusable_kernel(case)
+    x = np.random.default_rng(5).standard_normal((128, 64)).astype(np.float32)
+    arg = torch.from_numpy(x).to(torch.bfloat16) if case == "bf16" else x
+    assert kernel.specialize(arg).programs[0].plan["fused_runs"] == 0
+    ref = arg.float().numpy() if case == "bf16" else x.copy()
+    for _ in range(4):
+        if case == "bf16":
+            ref = torch.from_numpy(ref * np.float32(1.01)).bfloat16().float().numpy()
+            ref = torch.from_numpy(ref + np.float32(0.3)).bfloat16().float().numpy()
+        elif case == "partitions":
+            ref[0:64] = ref[64:128] * np.float32(1.01)
+            ref[64:128] = ref[0:64] + np.float32(0.3)
+        else:
+            ref[:, 0:40] = ref[:, 20:60] * np.float32(1.01)
+            ref[:, 20:60] = ref[:, 0:40] + np.float32(0.3)
+    for _ in range(2):
+        got = kernel(arg)
+        got = got.float().numpy() if case == "bf16" else got
+        np.testing.assert_array_equal(got, ref)
