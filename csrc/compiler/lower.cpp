@@ -204,8 +204,8 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
           Location{Space::Output, static_cast<int32_t>(k), 0, spec.strides, true};
       continue;
     }
-    // A reshape of a value computed only for it: compute the value straight into the output
-    // (same element order when both are contiguous).
+    // A reshape of a computed value: compute the value straight into the output (same element
+    // order when both are contiguous); its other readers read it there.
     int r = v;
     bool reshapes_only = true;
     while (true) {
@@ -217,8 +217,7 @@ Plan plan_memory(const Graph& g, const std::vector<IOSpec>& output_specs) {
     }
     const int rp = uses.producer[static_cast<size_t>(r)];
     if (reshapes_only && r != v && rp >= 0 && g.nodes[static_cast<size_t>(rp)].op != Op::constant &&
-        !p.loc[static_cast<size_t>(r)].set && uses.num_uses(r) == 1 &&
-        is_contiguous_layout(spec.shape, spec.strides)) {
+        !p.loc[static_cast<size_t>(r)].set && is_contiguous_layout(spec.shape, spec.strides)) {
       p.loc[static_cast<size_t>(r)] = Location{Space::Output, static_cast<int32_t>(k), 0,
                                                contiguous_strides(g.type(r).shape), true};
       spec.strides = contiguous_strides(spec.shape);

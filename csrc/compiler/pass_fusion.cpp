@@ -731,6 +731,12 @@ PassStats legalize_views(Graph& g) {
     out.push_back(std::move(n));
   }
   g.nodes = std::move(out);
+  // A returned value that was materialized for a dense kernel is returned from its copy: the
+  // copy is then made once, into the output buffer, instead of once more at the end.
+  for (int& o : g.outputs) {
+    auto m = materialized.find(o);
+    if (m != materialized.end()) o = m->second;
+  }
   return st;
 }
 

@@ -519,9 +519,14 @@ namespace {
 
 constexpr int kAdvOperands = 2 + kMaxIndexTensors;
 
-template <typename Elem>
+// `rows(other, data, n, other_stride, data_stride)` applies the op to n elements of a row.
+// Where the indices are constant along a row (x[idx] over rows: embeddings, their gradients,
+// KV-cache writes) their offset is computed once per row, and the op sees the whole row;
+// otherwise each element is its own one-element row. The order of the elements is the same
+// either way.
+template <typename Rows>
 void advanced(const TensorRef& data, const TensorRef& other, const AdvancedIndexRef& ai,
-              bool serial, const char* op, Elem&& elem) {
+              bool serial, const char* op, Rows&& rows) {
   static const int64_t zero_index = 0;
   std::array<TensorRef, kAdvOperands> refs;
   refs[0] = other;  // the operand with the result's shape: out (gather) or values (put)
@@ -541,12 +546,12 @@ void advanced(const TensorRef& data, const TensorRef& other, const AdvancedIndex
   for (int k = 0; k < kAdvOperands; ++k)
     ptrs[static_cast<size_t>(k)] = &refs[static_cast<size_t>(k)];
   const LoopPlan<kAdvOperands> plan = make_plan<kAdvOperands>(ptrs);
-  const size_t esz = element_size(data.dtype);
+  const auto esz = static_cast<int64_t>(element_size(data.dtype));
   for_each_row(
       plan,
       [&](std::array<char*, kAdvOperands> p, int64_t n,
           const std::array<int64_t, kAdvOperands>& s) {
-        for (int64_t j = 0; j < n; ++j) {
+        auto offset = [&](int64_t j) {
           int64_t off = 0;
           for (int k = 0; k < ai.nidx; ++k) {
             int64_t v =
@@ -557,8 +562,16 @@ void advanced(const TensorRef& data, const TensorRef& other, const AdvancedIndex
             if (v < 0) v += size;
             off += v * ai.indexed_strides[k];
           }
-          elem(p[0] + j * s[0], p[1] + j * s[1] + off * static_cast<int64_t>(esz));
+          return off * esz;
+        };
+        bool row_constant = true;
+        for (int k = 0; k < ai.nidx; ++k)
+          if (s[static_cast<size_t>(2 + k)] != 0) row_constant = false;
+        if (row_constant) {
+          rows(p[0], p[1] + offset(0), n, s[0], s[1]);
+          return;
         }
+        for (int64_t j = 0; j < n; ++j) rows(p[0] + j * s[0], p[1] + j * s[1] + offset(j), 1, 0, 0);
       },
       serial ? std::numeric_limits<int64_t>::max() : 32768);
 }
@@ -571,8 +584,16 @@ void index_gather(const TensorRef& out, const TensorRef& src, const AdvancedInde
     throw std::invalid_argument(std::string(op) + ": out and self dtypes differ");
   if (ai.nidx > kMaxIndexTensors)
     throw std::invalid_argument(std::string(op) + ": too many index tensors");
-  const size_t esz = element_size(src.dtype);
-  advanced(src, out, ai, false, op, [esz](char* o, const char* s) { std::memcpy(o, s, esz); });
+  const auto esz = static_cast<int64_t>(element_size(src.dtype));
+  advanced(src, out, ai, false, op,
+           [esz](char* o, const char* s, int64_t n, int64_t os, int64_t ss) {
+             if (n == 1 || (os == esz && ss == esz)) {
+               std::memcpy(o, s, static_cast<size_t>(n * esz));
+               return;
+             }
+             for (int64_t j = 0; j < n; ++j)
+               std::memcpy(o + j * os, s + j * ss, static_cast<size_t>(esz));
+           });
 }
 
 void index_put(const TensorRef& dst, const TensorRef& values, const AdvancedIndexRef& ai,
@@ -581,19 +602,31 @@ void index_put(const TensorRef& dst, const TensorRef& values, const AdvancedInde
     throw std::invalid_argument(std::string(op) + ": self and values dtypes differ");
   if (ai.nidx > kMaxIndexTensors)
     throw std::invalid_argument(std::string(op) + ": too many index tensors");
-  const size_t esz = element_size(dst.dtype);
+  const auto esz = static_cast<int64_t>(element_size(dst.dtype));
   if (!accumulate) {
     advanced(dst, values, ai, false, op,
-             [esz](char* v, const char* d) { std::memcpy(const_cast<char*>(d), v, esz); });
+             [esz](char* v, const char* d, int64_t n, int64_t vs, int64_t ds) {
+               char* dd = const_cast<char*>(d);
+               if (n == 1 || (vs == esz && ds == esz)) {
+                 std::memmove(dd, v, static_cast<size_t>(n * esz));
+                 return;
+               }
+               for (int64_t j = 0; j < n; ++j)
+                 std::memcpy(dd + j * ds, v + j * vs, static_cast<size_t>(esz));
+             });
     return;
   }
   dispatch_all(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
     // Serial: updates of one destination apply in index order, like ATen's CPU kernel.
-    advanced(dst, values, ai, true, op, [](char* v, const char* d) {
-      T* dd = reinterpret_cast<T*>(const_cast<char*>(d));
-      *dd = add_scaled(*dd, *reinterpret_cast<const T*>(v), 1.0);
-    });
+    advanced(dst, values, ai, true, op,
+             [](char* v, const char* d, int64_t n, int64_t vs, int64_t ds) {
+               char* dd = const_cast<char*>(d);
+               for (int64_t j = 0; j < n; ++j) {
+                 T* x = reinterpret_cast<T*>(dd + j * ds);
+                 *x = add_scaled(*x, *reinterpret_cast<const T*>(v + j * vs), 1.0);
+               }
+             });
   });
 }
 

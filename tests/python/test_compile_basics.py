@@ -281,3 +281,23 @@ def test_bad_fallback_execution_value_names_the_variable(fresh_compile, monkeypa
     x, y = torch.randn(3, 4), torch.randn(4, 5)
     with pytest.raises(Exception, match="TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION='bogus': expected 1"):
         torch.compile(f_basic, backend="neuron")(x.to("neuron"), y.to("neuron"))
+
+
+def test_executable_run_takes_a_tuple_or_list_and_names_a_bad_argument(fresh_compile):
+    # The compiled callable passes its arguments through as they are (a tuple); anything but a
+    # tensor of the compiled shape is refused with the input's position.
+    b = _C._cc.GraphBuilder("run_args")
+    x = b.input("f32", [2, 3], [3, 1], "x")
+    [y] = b.node("exp", [x], {}, None)
+    b.set_outputs([y], [])
+    exe = _C._cc.compile(b, {"name": "run_args", "flags": "", "opt_level": 2, "dump_dir": "", "neff_copy": ""})
+    t = torch.randn(2, 3)
+    for args in ((t.to("neuron"),), [t.to("neuron")]):
+        [out] = exe.run(args)
+        torch.testing.assert_close(out.cpu(), torch.exp(t.to("neuron")).cpu(), rtol=0, atol=0)  # eager bits
+    with pytest.raises(RuntimeError, match="compiled graph: input 0 is a float, expected a tensor"):
+        exe.run((1.0,))
+    with pytest.raises(RuntimeError, match=r"compiled graph: input 0 is Float\[3, 2\]"):
+        exe.run((torch.randn(3, 2, device="neuron"),))
+    with pytest.raises(RuntimeError, match="expects 1 inputs, got 2"):
+        exe.run((t, t))

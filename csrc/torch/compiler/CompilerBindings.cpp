@@ -3,6 +3,8 @@
 // the NEFF cache (compiling on a miss), and Executable.run() launches the whole program as one
 // task on the current stream of the inputs' device. Tasks capture raw pointers and the
 // immutable NEFF only (never at::Tensor).
+#include <ATen/EmptyTensor.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdio>
@@ -14,6 +16,7 @@
 
 #include "../Common.h"
 #include "../DeviceTime.h"
+#include "../NeuronAllocator.h"
 #include "compiler/device_time.h"
 #include "compiler/cache.h"
 #include "compiler/compiler.h"
@@ -219,28 +222,49 @@ class Executable {
     auto it = neff_->metadata.find("graph");
     task_name_ = rt::intern("neuron::compiled_graph(" +
                             (it != neff_->metadata.end() ? it->second : key_) + ")");
+    aliased_.assign(neff_->program.outputs.size(), false);
+    for (const cc::OutputAlias& a : neff_->program.output_aliases)
+      aliased_.at(static_cast<size_t>(a.output)) = true;
   }
 
-  py::list run(const py::list& args) {
+  // One call of the compiled graph. This is on the path of every call of a compiled function:
+  // the per-call work is the argument checks, one allocation per output (straight from the
+  // device allocator, not through the dispatcher) and the arena, and one launch.
+  py::list run(const py::sequence& args) {
     const cc::Program& p = neff_->program;
-    TORCH_CHECK(args.size() == p.inputs.size(), "compiled graph expects ", p.inputs.size(),
-                " inputs, got ", args.size());
+    const size_t nargs = args.size();
+    TORCH_CHECK(nargs == p.inputs.size(), "compiled graph expects ", p.inputs.size(),
+                " inputs, got ", nargs);
     std::vector<at::Tensor> ins;
-    ins.reserve(args.size());
+    ins.reserve(nargs);
     c10::optional<c10::Device> device;
-    for (size_t i = 0; i < args.size(); ++i) {
-      at::Tensor t = args[i].cast<at::Tensor>();
+    bool all_neuron = true;
+    for (size_t i = 0; i < nargs; ++i) {
+      PyObject* a = PyTuple_Check(args.ptr()) ? PyTuple_GET_ITEM(args.ptr(), i)
+                    : PyList_Check(args.ptr())  ? PyList_GET_ITEM(args.ptr(), i)
+                                                : nullptr;
+      py::object held;  // another sequence type: its item, owned here
+      if (!a) {
+        held = args[i];
+        a = held.ptr();
+      }
+      TORCH_CHECK(THPVariable_Check(a), "compiled graph: input ", i, " is a ",
+                  Py_TYPE(a)->tp_name, ", expected a tensor");
+      at::Tensor t = THPVariable_Unpack(a);
       if (is_neuron(t)) {
         if (!device) device = t.device();
         TORCH_CHECK(t.device() == *device, "compiled graph: input ", i, " is on ", t.device(),
                     " but input tensors are on ", *device);
+      } else {
+        all_neuron = false;
       }
       ins.push_back(std::move(t));
     }
     const c10::Device dev =
         device ? *device
                : c10::Device(kNeuron, static_cast<c10::DeviceIndex>(rt::current_device()));
-    const bool no_autocopy = rt::getenv_bool("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", false);
+    const bool no_autocopy =
+        !all_neuron && rt::getenv_bool("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", false);
     // Tensors whose layout differs from the compiled one go through a staging copy; mutated
     // ones are copied back after the program.
     std::vector<std::pair<at::Tensor, at::Tensor>> write_back;
@@ -254,7 +278,8 @@ class Executable {
                     " device (TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1: move inputs to neuron "
                     "before calling the compiled function)");
       }
-      TORCH_CHECK(to_kernel_dtype(t.scalar_type()) == s.dtype && t.sizes().vec() == s.shape,
+      TORCH_CHECK(to_kernel_dtype(t.scalar_type()) == s.dtype &&
+                      t.sizes() == c10::IntArrayRef(s.shape),
                   "compiled graph: input ", i, " is ", t.scalar_type(), t.sizes(),
                   ", the graph was compiled for ", cc::dtype_short(s.dtype), "[",
                   c10::IntArrayRef(s.shape), "]");
@@ -270,18 +295,13 @@ class Executable {
       in_ptrs[i] = t.numel() ? t.data_ptr() : nullptr;
     }
     c10::DeviceGuard guard(dev);
-    const std::vector<at::Tensor>& consts = constants_on(dev);
-    py::list result;
+    const DeviceConstants& consts = constants_on(dev);
     std::vector<void*> out_ptrs(p.outputs.size());
-    std::vector<at::Tensor> outs;
-    outs.resize(p.outputs.size());
-    std::vector<bool> aliased(p.outputs.size(), false);
-    for (const cc::OutputAlias& a : p.output_aliases) aliased[static_cast<size_t>(a.output)] = true;
+    std::vector<at::Tensor> outs(p.outputs.size());
     for (size_t k = 0; k < p.outputs.size(); ++k) {
-      if (aliased[k]) continue;
+      if (aliased_[k]) continue;
       const cc::IOSpec& s = p.outputs[k];
-      outs[k] = at::empty_strided(
-          s.shape, s.strides, at::TensorOptions().dtype(to_scalar_type(s.dtype)).device(dev));
+      outs[k] = device_empty(s.shape, s.strides, s.dtype);
       out_ptrs[k] = outs[k].numel() ? outs[k].data_ptr() : nullptr;
     }
     // Views of inputs the program does not write, or of other outputs.
@@ -294,13 +314,15 @@ class Executable {
     at::Tensor arena;
     void* arena_ptr = nullptr;
     if (p.arena_bytes > 0) {
-      arena = at::empty({p.arena_bytes}, at::TensorOptions().dtype(at::kByte).device(dev));
+      const int64_t n = p.arena_bytes;
+      arena = device_empty(c10::IntArrayRef(&n, 1), c10::IntArrayRef(kUnitStride, 1),
+                           kernels::DType::UInt8);
       arena_ptr = arena.data_ptr();
     }
     cc::Buffers bufs;
     bufs.inputs = std::move(in_ptrs);
     bufs.outputs = std::move(out_ptrs);
-    for (const at::Tensor& c : consts) bufs.constants.push_back(c.numel() ? c.data_ptr() : nullptr);
+    bufs.constants = consts.ptrs;
     bufs.arena = arena_ptr;
     std::shared_ptr<const cc::Neff> neff = neff_;
     launch_est(dev.index(), task_name_,
@@ -308,7 +330,8 @@ class Executable {
                program_time().total_ns);
     cc::add_metric("executions", 1);
     for (auto& [orig, staged] : write_back) orig.copy_(staged);
-    for (auto& o : outs) result.append(py::cast(o));
+    py::list result(outs.size());
+    for (size_t k = 0; k < outs.size(); ++k) result[k] = py::cast(std::move(outs[k]));
     return result;
   }
 
@@ -362,17 +385,32 @@ class Executable {
     return true;
   }
 
-  const std::vector<at::Tensor>& constants_on(const c10::Device& dev) {
+  // A device tensor of the current device, allocated without a dispatcher round trip.
+  static at::Tensor device_empty(c10::IntArrayRef shape, c10::IntArrayRef strides,
+                                 kernels::DType dtype) {
+    return at::detail::empty_strided_generic(shape, strides, device_allocator(),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                             to_scalar_type(dtype));
+  }
+  static constexpr int64_t kUnitStride[1] = {1};
+
+  struct DeviceConstants {
+    std::vector<at::Tensor> tensors;
+    std::vector<const void*> ptrs;  // what the program reads (nullptr for empty ones)
+  };
+
+  const DeviceConstants& constants_on(const c10::Device& dev) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = consts_.find(dev.index());
     if (it != consts_.end()) return it->second;
-    std::vector<at::Tensor> v;
+    DeviceConstants v;
     const cc::Program& p = neff_->program;
     for (size_t i = 0; i < p.constants.size(); ++i) {
       const auto& data = p.constant_data[i];
       at::Tensor cpu = at::empty({static_cast<int64_t>(data.size())}, at::kByte);
       if (!data.empty()) std::memcpy(cpu.data_ptr(), data.data(), data.size());
-      v.push_back(cpu.to(dev));
+      v.tensors.push_back(cpu.to(dev));
+      v.ptrs.push_back(v.tensors.back().numel() ? v.tensors.back().data_ptr() : nullptr);
     }
     return consts_.emplace(dev.index(), std::move(v)).first->second;
   }
@@ -383,7 +421,8 @@ class Executable {
   std::once_flag time_once_;
   cc::ProgramTime time_;
   std::mutex mu_;
-  std::unordered_map<int, std::vector<at::Tensor>> consts_;
+  std::unordered_map<int, DeviceConstants> consts_;  // by device index; entries never move
+  std::vector<bool> aliased_;                            // outputs that are views (no buffer)
 };
 
 std::shared_ptr<Executable> compile_graph(const GraphBuilder& b, const py::dict& options) {

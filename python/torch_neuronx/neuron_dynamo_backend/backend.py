@@ -85,6 +85,9 @@ class CompiledGraph:
         self.template = self._output_template(gm, L)
         self._identity = all(kind == "out" and i == k for k, (kind, i) in enumerate(self.template))
         self.n_inputs = len(L.input_index)
+        # Every placeholder is a tensor input of the program: the call passes its arguments
+        # through as they are (no per-call filtering).
+        self._all_tensors = self.n_inputs == sum(1 for n in gm.graph.nodes if n.op == "placeholder")
         self.sources = sorted(L.sources)
         self.nki_deps = _deps.merge(L.nki_deps)
         self.exe = _C._cc.compile(
@@ -117,8 +120,7 @@ class CompiledGraph:
         return template
 
     def __call__(self, *args):
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        outs = self.exe.run(tensors)
+        outs = self.exe.run(args if self._all_tensors else [a for a in args if isinstance(a, torch.Tensor)])
         if self._identity:  # outputs in order, no constants: no per-call mapping
             return tuple(outs)
         return tuple([outs[i] if kind == "out" else i for kind, i in self.template])

@@ -142,6 +142,11 @@ TEST(CompilerExec, ColumnReductionsRunTheEagerReductionKernel) {
     EXPECT_EQ(static_cast<float>(got[1].v[j]), want[j]) << "column " << j;
 }
 
+int count_steps(const Program& p, StepKind kind) {
+  return static_cast<int>(
+      std::count_if(p.steps.begin(), p.steps.end(), [&](const Step& s) { return s.kind == kind; }));
+}
+
 TEST(CompilerExec, OutputsThatAreViewsOfInputsAreNotCopied) {
   // AOT's forward graphs return the transposed weight (and the input) for the backward: they
   // alias the inputs instead of being copied. A view of a mutated input is still copied.
@@ -267,13 +272,35 @@ TEST(CompilerExec, AReshapedViewSeenByTwoGemmsIsCopiedOnce) {
   check(g, in);
   Compiled c;
   compile_and_run(g, in, 2, &c);
-  int fused = 0, gemm = 0;
-  for (const Step& st : c.program.steps) {
-    fused += st.kind == StepKind::Fused;
-    gemm += st.kind == StepKind::Gemm;
-  }
-  EXPECT_EQ(fused, 1) << describe(c.program);
-  EXPECT_EQ(gemm, 2) << describe(c.program);
+  EXPECT_EQ(count_steps(c.program, StepKind::Fused), 1) << describe(c.program);
+  EXPECT_EQ(count_steps(c.program, StepKind::Gemm), 2) << describe(c.program);
+}
+
+TEST(CompilerExec, ReturnedReshapesAreComputedInTheOutputs) {
+  // AOT's training forward returns the values its backward needs, often as reshapes of values
+  // other steps also read: the layer norm's output reshaped to [rows, dim] (it also feeds the
+  // next GEMM), the attention output permuted and reshaped for the projection GEMM. Both are
+  // computed straight into the output buffers: no copy step at the end.
+  Graph g;
+  const int x = g.add_input(F32({2, 3, 4}));
+  const int w = g.add_input(F32({4, 5}));
+  const int h = g.add_input(F32({2, 3, 4}));
+  const int v = g.add1(Op::mul, {x, g.scalar(2.0, DType::Float32)});
+  const int rows = g.add1(Op::reshape, {v}, A({{"shape", std::vector<int64_t>{6, 4}}}));
+  const int y = g.add1(Op::matmul, {rows, w});
+  const int y2 = g.add1(Op::add, {v, g.scalar(1.0, DType::Float32)});
+  const int p = g.add1(Op::permute, {h}, A({{"perm", std::vector<int64_t>{1, 0, 2}}}));
+  const int pr = g.add1(Op::reshape, {p}, A({{"shape", std::vector<int64_t>{6, 4}}}));
+  const int z = g.add1(Op::matmul, {pr, w});
+  g.set_outputs({y, rows, y2, pr, z});
+  std::vector<HostTensor> in = {random_tensor(F32({2, 3, 4}), 54), random_tensor(F32({4, 5}), 55),
+                                random_tensor(F32({2, 3, 4}), 56)};
+  check(g, in);
+  Compiled c;
+  compile_and_run(g, in, 2, &c);
+  EXPECT_EQ(count_steps(c.program, StepKind::Copy), 0) << describe(c.program);
+  // 2x and +1 (one kernel), and the permuted copy the second GEMM reads.
+  EXPECT_EQ(count_steps(c.program, StepKind::Fused), 2) << describe(c.program);
 }
 
 TEST(CompilerExec, LongRowReductionIsChunked) {
