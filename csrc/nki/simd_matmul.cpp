@@ -34,7 +34,9 @@ enum class Kernel { Portable, Avx2, Avx512 };
 
 Kernel detect_kernel() {
   if (kernels::simd_level() == kernels::SimdLevel::Portable) return Kernel::Portable;
-  if (cpu_has_avx512()) return Kernel::Avx512;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx512() && __builtin_cpu_supports("avx512vl")) return Kernel::Avx512;
+#endif
   return kernels::simd_level() == kernels::SimdLevel::Avx2 ? Kernel::Avx2 : Kernel::Portable;
 }
 
@@ -71,7 +73,7 @@ void portable_columns(float* C, int64_t ldc, const MatmulOperand& A, const Matmu
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define NKI_MM_AVX2 __attribute__((target("avx2,fma")))
-#define NKI_MM_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma")))
+#define NKI_MM_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 
 // Both micro-kernels compute an MR x (NV vectors) block of C with its accumulators in registers,
 // per k: NV loads of B's packed row, MR broadcasts of A's packed column, MR * NV FMAs. The
@@ -125,19 +127,32 @@ NKI_MM_AVX2 void pack_b(float* dst, const MatmulOperand& B, int64_t K, int64_t j
 // -- AVX-512: 8 rows x 3 vectors of 16 columns (24 accumulators), panels of 48 columns ---------
 constexpr int kMR16 = 8, kNV16 = 3, kNP16 = 16 * kNV16;
 
-// `mask` limits the columns stored of the last vector.
-template <int MR, int NV>
-NKI_MM_AVX512 void block16(float* C, int64_t ldc, const float* a, const float* b, int64_t K,
-                           __mmask16 mask, bool acc) {
+// B is read where it is (row k at b + k * bs bytes, bf16 widened in registers: a shift per
+// vector, which the shuffle/shift pipes take beside the FMAs), so a panel needs no packing;
+// `mask` limits the columns of the last vector, loaded with masked (non-faulting) loads.
+template <bool BF16>
+NKI_MM_AVX512 inline __m512 load_b16(const uint8_t* p, __mmask16 m) {
+  if constexpr (BF16)
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(  // (maskz: GCC 12 warns otherwise)
+        0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(m, p)), 16));
+  else
+    return _mm512_maskz_loadu_ps(m, p);
+}
+
+template <int MR, int NV, bool BF16>
+NKI_MM_AVX512 void block16(float* C, int64_t ldc, const float* a, const uint8_t* b, int64_t bs,
+                           int64_t K, __mmask16 mask, bool acc) {
+  constexpr int64_t vb = BF16 ? 32 : 64;  // bytes per vector of B
   __m512 c[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k, a += kMR16, b += kNP16) {
+  for (int64_t k = 0; k < K; ++k, a += kMR16, b += bs) {
     __m512 bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
+    for (int v = 0; v < NV; ++v)
+      bv[v] = load_b16<BF16>(b + vb * v, v + 1 < NV ? __mmask16(0xffff) : mask);
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(a[r]);
@@ -157,47 +172,54 @@ NKI_MM_AVX512 void block16(float* C, int64_t ldc, const float* a, const float* b
     }
 }
 
-template <int NV>
-NKI_MM_AVX512 void panel16(float* C, int64_t ldc, const float* Ap, const float* Bp, int64_t M,
-                           int64_t K, __mmask16 mask, bool acc) {
+template <int NV, bool BF16>
+NKI_MM_AVX512 void panel16(float* C, int64_t ldc, const float* Ap, const uint8_t* b, int64_t bs,
+                           int64_t M, int64_t K, __mmask16 mask, bool acc) {
   int64_t i = 0;
   for (; i + kMR16 <= M; i += kMR16, Ap += K * kMR16)
-    block16<kMR16, NV>(C + i * ldc, ldc, Ap, Bp, K, mask, acc);
+    block16<kMR16, NV, BF16>(C + i * ldc, ldc, Ap, b, bs, K, mask, acc);
   float* c = C + i * ldc;
   switch (M - i) {
-    case 7: block16<7, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 6: block16<6, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 5: block16<5, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 4: block16<4, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 3: block16<3, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 2: block16<2, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
-    case 1: block16<1, NV>(c, ldc, Ap, Bp, K, mask, acc); break;
+    case 7: block16<7, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 6: block16<6, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 5: block16<5, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 4: block16<4, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 3: block16<3, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 2: block16<2, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
+    case 1: block16<1, NV, BF16>(c, ldc, Ap, b, bs, K, mask, acc); break;
     default: break;
+  }
+}
+
+template <bool BF16>
+NKI_MM_AVX512 void panel16_any(float* C, int64_t ldc, const float* Ap, const uint8_t* b,
+                               int64_t bs, int64_t M, int64_t K, int64_t w, bool acc) {
+  const int nv = static_cast<int>((w + 15) / 16);
+  const int tail = static_cast<int>(w - 16 * (nv - 1));
+  const __mmask16 mask = static_cast<__mmask16>((1u << tail) - 1u);
+  switch (nv) {
+    case 1: panel16<1, BF16>(C, ldc, Ap, b, bs, M, K, mask, acc); break;
+    case 2: panel16<2, BF16>(C, ldc, Ap, b, bs, M, K, mask, acc); break;
+    default: panel16<3, BF16>(C, ldc, Ap, b, bs, M, K, mask, acc); break;
   }
 }
 
 NKI_MM_AVX512 void avx512_columns(float* C, int64_t ldc, const MatmulOperand& A,
                                   const MatmulOperand& B, int64_t M, int64_t K, Columns cols,
                                   bool acc) {
-  thread_local std::vector<float> abuf, bbuf;
+  thread_local std::vector<float> abuf;
   const int64_t blocks = (M + kMR16 - 1) / kMR16;
   abuf.resize(static_cast<size_t>(blocks * K * kMR16));
-  bbuf.resize(static_cast<size_t>(K * kNP16));
-  float *Ap = abuf.data(), *Bp = bbuf.data();
+  float* Ap = abuf.data();
   bool packed = false;  // A is packed once a panel is claimed
   int64_t j, w;
   while (cols.next(j, w)) {
     if (!packed) pack_a<kMR16>(Ap, A, M, K);
     packed = true;
-    pack_b<kNP16>(Bp, B, K, j, w);
-    const int nv = static_cast<int>((w + 15) / 16);
-    const int tail = static_cast<int>(w - 16 * (nv - 1));
-    const __mmask16 mask = static_cast<__mmask16>((1u << tail) - 1u);
-    switch (nv) {
-      case 1: panel16<1>(C + j, ldc, Ap, Bp, M, K, mask, acc); break;
-      case 2: panel16<2>(C + j, ldc, Ap, Bp, M, K, mask, acc); break;
-      default: panel16<3>(C + j, ldc, Ap, Bp, M, K, mask, acc); break;
-    }
+    if (B.bf16)
+      panel16_any<true>(C + j, ldc, Ap, B.base + 2 * j, B.row_bytes, M, K, w, acc);
+    else
+      panel16_any<false>(C + j, ldc, Ap, B.base + 4 * j, B.row_bytes, M, K, w, acc);
   }
 }
 
