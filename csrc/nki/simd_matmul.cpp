@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -204,19 +205,34 @@ NKI_MM_AVX512 void panel16_any(float* C, int64_t ldc, const float* Ap, const uin
   }
 }
 
+// Whether K rows `row_bytes` apart fall into so few L1 sets (64 sets of 64-byte lines, 4 KiB
+// per way) that a panel's rows evict each other between row blocks: power-of-two strides, as an
+// HBM tensor read in place has (SBUF partitions are padded by a line, so they spread over all).
+bool aliases_in_l1(int64_t row_bytes) {
+  if (row_bytes % 64 != 0) return false;
+  const int64_t s = (row_bytes / 64) % 64;
+  return s == 0 || 64 / std::gcd<int64_t>(s, 64) < 16;
+}
+
 NKI_MM_AVX512 void avx512_columns(float* C, int64_t ldc, const MatmulOperand& A,
                                   const MatmulOperand& B, int64_t M, int64_t K, Columns cols,
                                   bool acc) {
-  thread_local std::vector<float> abuf;
+  thread_local std::vector<float> abuf, bbuf;
   const int64_t blocks = (M + kMR16 - 1) / kMR16;
   abuf.resize(static_cast<size_t>(blocks * K * kMR16));
   float* Ap = abuf.data();
+  const bool pack = aliases_in_l1(B.row_bytes);  // then each panel is packed first
+  if (pack) bbuf.resize(static_cast<size_t>(K * kNP16));
   bool packed = false;  // A is packed once a panel is claimed
   int64_t j, w;
   while (cols.next(j, w)) {
     if (!packed) pack_a<kMR16>(Ap, A, M, K);
     packed = true;
-    if (B.bf16)
+    if (pack) {
+      pack_b<kNP16>(bbuf.data(), B, K, j, w);
+      panel16_any<false>(C + j, ldc, Ap, reinterpret_cast<const uint8_t*>(bbuf.data()),
+                         kNP16 * 4, M, K, w, acc);
+    } else if (B.bf16)
       panel16_any<true>(C + j, ldc, Ap, B.base + 2 * j, B.row_bytes, M, K, w, acc);
     else
       panel16_any<false>(C + j, ldc, Ap, B.base + 4 * j, B.row_bytes, M, K, w, acc);

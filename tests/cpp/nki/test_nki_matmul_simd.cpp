@@ -176,7 +176,8 @@ TEST(NkiSimd, MatmulTileColumnRangesWriteOnlyTheirColumns) {
 }
 
 // Odd shapes as tiles hold them: 1..128 partitions of contraction and of stationary columns,
-// moving widths that are no multiple of a vector or a panel, rows a padded SBUF pitch apart, bf16
+// moving widths that are no multiple of a vector or a panel, rows a padded SBUF pitch or a power
+// of two apart, bf16
 // and fp32 operands: every micro-kernel (and two threads sharing one product panel by panel)
 // gives the scalar reference's bits.
 TEST(NkiSimd, MatmulMicroKernelsMatchScalarOnOddShapes) {
@@ -192,7 +193,12 @@ TEST(NkiSimd, MatmulMicroKernelsMatchScalarOnOddShapes) {
       for (bool acc : {false, true}) {
         const Operand t = use_bf16 ? Operand::Bf16 : Operand::Fp32;
         // Rows a padded pitch apart (not the packed width), as SBUF partitions are.
-        const int64_t lda = s.M + 3, ldb = s.N + 5, ldc = s.N + 7;
+        // Every other shape: rows a power of two apart, as an HBM tensor read in place (the
+        // AVX-512 kernel packs those panels instead of reading them in place).
+        const bool pow2 = (s.M + s.N) % 2 == 0;
+        const int64_t lda = s.M + 3, ldb = pow2 ? std::bit_ceil(static_cast<uint64_t>(s.N) + 32)
+                                                : s.N + 5,
+                      ldc = s.N + 7;
         const auto A = random(s.K * lda, t, rng), B = random(s.K * ldb, t, rng);
         const auto C0 = random(s.M * ldc, Operand::Fp32, rng);
         const auto Ab = to_bf16(A), Bb = to_bf16(B);
