@@ -1,15 +1,14 @@
 // Program::build_plan(): the execution plan of unchecked runs (program.h, struct Plan). Today it
-// holds DMA elision: an HBM->SBUF copy whose tile only feeds matmuls (thin operands, or thick
-// ones whose rows stay contiguous in HBM) is skipped and the matmuls read the HBM tensor in
-// place, which removes two of the three passes over the weights of a decode step (copy in, write
-// the tile, read it back) and the tile copies of a tiled GEMM.
+// holds DMA elision: an HBM->SBUF copy whose tile only feeds thin-operand matmuls is skipped
+// and the matmuls read the HBM tensor in place, which removes two of the three passes over the
+// weights of a decode step (copy in, write the tile, read it back).
 //
 // The analysis is exact and conservative. A candidate is a same-dtype DMA without dynamic
 // offsets from an HBM kernel input into SBUF. Its destination (partitions x bytes) is followed
 // in program order until plain writes have overwritten all of it or the program ends; every
 // access that touches bytes still holding the DMA's data must be a matmul operand whose
 // elements map one to one onto the DMA's destination, and whose on-chip form takes the
-// thin-operand GEMV path or the thick micro-kernel (so the in-place read computes the same bits). Accesses are compared
+// thin-operand GEMV path (so the in-place read computes the same bits). Accesses are compared
 // by their exact byte footprints (a strided write of every other run is known to leave the
 // other runs alone). Anything else (another reader, a write that is not a plain overwrite of a
 // known footprint, a dynamic offset, runtime loops) keeps the DMA. The source may be a tensor
@@ -308,26 +307,6 @@ bool thin_reader(const Instr& in, const std::array<Phys, kMaxOperands>& ph, int 
   return detail::thin_matmul_shapes(s, m);
 }
 
-// Whether operand k of matmul `in` is a thick (micro-kernel) operand whose in-place form `mapped`
-// keeps its rows contiguous, so the micro-kernel reads the HBM tensor where it is. Every route of
-// a thick matmul computes the same FMA chains (NkiSimd.MatmulTileMatchesPortableAndGemm), so the
-// in-place read gives the bits of the copy; a transposed or strided in-place form would only be
-// gathered element by element, slower than the DMA it saves.
-bool thick_reader(const Instr& in, const std::array<Phys, kMaxOperands>& ph, int k,
-                  const Phys& mapped) {
-  using FX = isa::Fields<Op::Matmul>;
-  constexpr int ks = FX::k<"stationary">, km = FX::k<"moving">;
-  if (k != ks && k != km) return false;
-  const FX f{in};
-  if (f.i<"perf_mode">() != 0 || f.flag<"is_transpose">()) return false;
-  if (mapped.dtype != DT::BFloat16 && mapped.dtype != DT::Float32) return false;
-  View v = view_of(mapped), d = view_of(ph[FX::k<"dst">]);
-  detail::collapse_free(v);
-  detail::collapse_free(d);
-  return v.ndim == 2 && v.stride[1] == v.es && d.dtype == DT::Float32 && d.ndim == 2 &&
-         d.stride[1] == 4;
-}
-
 // Weight bytes a run must stream before sharing it over the host threads pays for waking them.
 constexpr int64_t kMinRunBytes = 128 * 1024;
 // Bounds of one run: instructions spanned, on-chip writes tracked between its matmuls, and
@@ -513,8 +492,8 @@ void Program::build_plan() {
         bool all_live = exact;
         for (size_t q = 0; q < fp.size() && all_live; ++q) all_live = covered(fp[q], live);
         Phys mapped;
-        if (all_live && x.op == Op::Matmul && map_operand(map, s, p, mapped) &&
-            (thin_reader(x, phys_[j], k) || thick_reader(x, phys_[j], k, mapped)))
+        if (all_live && x.op == Op::Matmul && thin_reader(x, phys_[j], k) &&
+            map_operand(map, s, p, mapped))
           found.push_back({j, k, mapped});
         else
           ok = false;
