@@ -61,23 +61,33 @@ void tile_gemm(const kernels::GemmProblem& g) {
   });
 }
 
-// Whether the micro-kernel computes this tile product: AVX-512 hosts, where neither side is
-// thin (gemm's GEMV route keeps its arithmetic) and not a single product onto PSUM (the BLAS
-// fuses that one: fma(a, b, C)). Elsewhere kernels::gemm's BLAS route gives the same bits
-// (NkiSimd.MatmulTileMatchesPortableAndGemm).
+// Whether simd::matmul_f32 computes this tile product: where neither side is thin (gemm's GEMV
+// route keeps its arithmetic) and not a single product onto PSUM (the BLAS fuses that one:
+// fma(a, b, C)), on AVX-512 or AVX2 hosts. Without a micro-kernel kernels::gemm's BLAS route
+// gives the same bits for one tile's contraction (NkiSimd.MatmulTileMatchesPortableAndGemm), but
+// not always beyond it (MKL on AMD Zen 4 splits a double_row matmul's 256 into two chains): those
+// take matmul_f32's portable loops.
 bool use_micro_kernel(const kernels::GemmProblem& g) {
-  return simd::matmul_uses_avx512() && std::string_view(kernels::gemm_route(g)) == "blas" &&
-         !(g.k == 1 && g.beta != 0.0);
+  return std::string_view(kernels::gemm_route(g)) == "blas" && !(g.k == 1 && g.beta != 0.0) &&
+         (simd::matmul_uses_micro_kernel() || g.k > 128);
 }
 
-// C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate), column blocks in parallel (whole
-// 64-column panels).
+// C (+)= A^T B by the micro-kernel (g: sizes, C, accumulate). Large tiles are shared by the host
+// threads panel by panel (simd::matmul_f32_shared): whichever thread is free claims the next
+// panel, so a helper that wakes late costs its share, not the whole tile.
 void tile_matmul(const kernels::GemmProblem& g, const simd::MatmulOperand& A,
                  const simd::MatmulOperand& B) {
   float* C = static_cast<float*>(g.c);
   const bool acc = g.beta != 0.0;
-  split_columns(g, 128, 64, 64, [&](int64_t n0, int64_t n1) {
-    simd::matmul_f32(C, g.c_rs, A, B, g.m, g.k, n0, n1, acc);
+  const int64_t threads = rt::in_parallel_region() ? 1 : rt::num_threads();
+  if (threads <= 1 || g.m * g.n * g.k < (int64_t{1} << 21) ||
+      g.n < 2 * simd::matmul_panel_columns()) {
+    simd::matmul_f32(C, g.c_rs, A, B, g.m, g.k, 0, g.n, acc);
+    return;
+  }
+  simd::MatmulPanels panels;
+  rt::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    simd::matmul_f32_shared(C, g.c_rs, A, B, g.m, g.k, g.n, acc, panels);
   });
 }
 
