@@ -198,8 +198,9 @@ class DynSlice:
     __slots__ = ("size", "start")
 
     def __init__(self, start, size: int):
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"nl.ds: size must be a positive int, got {size!r}")
+        # size 0 is an empty view (a shard with no rows); an instruction given one is refused
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"nl.ds: size must be a non-negative int, got {size!r}")
         self.start, self.size = start, size
 
     def __repr__(self) -> str:
@@ -509,6 +510,8 @@ class NkiTensor:
                 "(restrict it with mask=...)"
             )
         shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
+        if 0 in shape:
+            raise ValueError(f"an empty view of '{self.name}' (shape {self.shape}) cannot be an instruction operand")
         if len(shape) > _AP_MAX_DIMS:
             shape, steps = _coalesce(shape, steps)
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
