@@ -1,9 +1,10 @@
 """nki.compiler: allocation and scheduling directives of the real NKI compiler.
 
-On neuron-emu the placement of SBUF/PSUM tensors is decided by the trace's liveness allocator
-(which checks capacity and, for ``address=`` tensors, overlap); allocation directives
-(``sbuf.mod_alloc(...)``, ``psum.alloc(...)``) name the buffer the tensor lives in and their
-placement hints are recorded, not obeyed. The kernel decorators only steer the real
+On neuron-emu the placement of SBUF tensors is decided by the trace's liveness allocator
+(which checks capacity and, for ``address=`` tensors, overlap); ``sbuf.mod_alloc(...)`` names
+the buffer and how its blocks share tiles, its ``base_addr`` is recorded, not obeyed. PSUM
+placements (``psum.mod_alloc(base_bank=...)``, ``psum.alloc(func)``) are obeyed: every block
+sits at its (bank, partition, byte) (nki._tensor._new_psum_placed). The kernel decorators only steer the real
 compiler's optimizer and leave results unchanged, so they return the kernel as it is.
 """
 
@@ -32,11 +33,13 @@ class _OnChip:
         self._region = region
 
     def alloc(self, func=None, **hints) -> _Allocation:
-        """Direct allocation (a function from block indices to addresses): placement recorded."""
+        """Direct allocation: ``func(idx=, pdim_size=, fdim_size=)`` gives each block's place
+        (obeyed for PSUM: (bank, start partition, byte offset); recorded for SBUF)."""
         return _Allocation(self._region, "alloc", dict(hints, func=func))
 
     def mod_alloc(self, base_addr=None, base_partition=None, num_par_tiles=None, num_free_tiles=None, **hints):
-        """Modulo allocation of a tensor's blocks over a few physical tiles: placement recorded."""
+        """Modulo allocation of a tensor's blocks over a few physical tiles (PSUM: at
+        ``base_bank`` etc., obeyed; SBUF: ``base_addr`` recorded)."""
         return _Allocation(
             self._region,
             "mod_alloc",
