@@ -13,7 +13,8 @@ constexpr std::string_view kAluNames[] = {
     "minimum",     "abs_max",    "abs_min",     "power",       "mod",        "fmod",
     "equal",       "not_equal",  "less",        "less_equal",  "greater",    "greater_equal",
     "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "left_shift",  "right_shift"};
+    "left_shift",  "right_shift", "abs",        "square",      "relu",        "rsqrt",
+    "reciprocal"};
 static_assert(std::size(kAluNames) == static_cast<size_t>(Alu::Count));
 
 constexpr std::string_view kActNames[] = {"copy",
@@ -108,6 +109,16 @@ inline float apply(Alu op, float a, float b) {
       return (a != 0.0f || b != 0.0f) ? 1.0f : 0.0f;
     case Alu::LogicalXor:
       return ((a != 0.0f) != (b != 0.0f)) ? 1.0f : 0.0f;
+    case Alu::Abs:
+      return std::fabs(a);
+    case Alu::Square:
+      return a * a;
+    case Alu::Relu:
+      return a > 0.0f ? a : 0.0f;
+    case Alu::Rsqrt:
+      return 1.0f / std::sqrt(a);
+    case Alu::Reciprocal:
+      return 1.0f / a;
     default:
       return static_cast<float>(alu_ss_i(op, static_cast<int64_t>(a), static_cast<int64_t>(b)));
   }
@@ -372,6 +383,17 @@ int64_t alu_ss_i(Alu op, int64_t a, int64_t b) {
       return (b >= 0 && b < 64) ? static_cast<int64_t>(static_cast<uint64_t>(a) << b) : 0;
     case Alu::Shr:
       return (b >= 0 && b < 64) ? (a >> b) : (a < 0 ? -1 : 0);
+    case Alu::Abs:
+      return a < 0 ? -a : a;
+    case Alu::Square:
+      return a * a;
+    case Alu::Relu:
+      return a > 0 ? a : 0;
+    case Alu::Rsqrt:
+    case Alu::Reciprocal: {  // through fp32, truncated (0 where it is not finite)
+      const float r = apply(op, static_cast<float>(a), 0.0f);
+      return std::isfinite(r) ? static_cast<int64_t>(r) : 0;
+    }
     case Alu::Count:
       break;
   }

@@ -36,6 +36,13 @@ enum class Alu : uint8_t {
   BitXor,
   Shl,
   Shr,
+  // Unary operators (the ISA's "arithmetic unary" ALU operators, nl.abs as an op0 of
+  // tensor_scalar): the result depends on the first operand only; the second is ignored.
+  Abs,
+  Square,
+  Relu,
+  Rsqrt,
+  Reciprocal,
   Count,
 };
 

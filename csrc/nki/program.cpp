@@ -261,10 +261,18 @@ int32_t Program::add_buffer(Buffer b) {
                 std::to_string(b.fixed_offset) + ") with " + std::to_string(b.bytes_per_partition) +
                 " bytes per partition ends past " + std::to_string(cap),
             mem + " capacity per partition (" + std::to_string(cap) + " bytes)");
-      if (b.mem == Mem::Psum && b.fixed_offset % target_.psum_bank_bytes() != 0)
+      // A PSUM tensor of at most one bank lies inside one bank (a block placed at a byte
+      // offset of its bank by psum.alloc / psum.mod_alloc); a larger one starts at a bank.
+      const int64_t bank = target_.psum_bank_bytes(), in_bank = b.fixed_offset % bank;
+      if (b.mem == Mem::Psum && (b.bytes_per_partition <= bank
+                                     ? in_bank + b.bytes_per_partition > bank
+                                     : in_bank != 0))
         bad("PSUM tensor '" + b.name + "' at byte offset " + std::to_string(b.fixed_offset) +
-                " does not start on a bank boundary",
-            "PSUM tensors start at a 2 KiB bank boundary");
+                " with " + std::to_string(b.bytes_per_partition) + " bytes per partition " +
+                (b.bytes_per_partition <= bank ? "crosses a bank boundary"
+                                               : "does not start on a bank boundary"),
+            "a PSUM tensor of at most 2 KiB per partition lies inside one bank; a larger one "
+            "starts at a 2 KiB bank boundary");
     }
   } else {
     b.partitions = 0;
@@ -402,6 +410,11 @@ void Program::allocate() {
     };
     // First fit of `b` at partitions [p0, p0 + partitions) among the live tensors that share a
     // partition with it (every live tensor when `all_partitions`).
+    // Manually placed tensors: an automatic one also keeps clear of those that become live
+    // later in its lifetime (their place is fixed before the program runs).
+    std::vector<int32_t> fixed;
+    for (int32_t i : order)
+      if (buffers_[i].fixed_offset >= 0) fixed.push_back(i);
     auto first_fit = [&](const Buffer& b, const std::vector<int32_t>& live, int64_t p0,
                          bool all_partitions) {
       std::vector<std::pair<int64_t, int64_t>> used;
@@ -409,6 +422,13 @@ void Program::allocate() {
         const auto [q0, q1] = prange(buffers_[o]);
         if (all_partitions || (p0 < q1 && q0 < p0 + b.partitions))
           used.emplace_back(buffers_[o].addr, buffers_[o].addr + extent(buffers_[o]));
+      }
+      for (int32_t o : fixed) {
+        const Buffer& ob = buffers_[o];
+        if (ob.last_use < b.first_use || ob.first_use > b.last_use) continue;  // never both live
+        const int64_t q0 = ob.fixed_partition, q1 = q0 + ob.partitions;
+        if (all_partitions || (p0 < q1 && q0 < p0 + b.partitions))
+          used.emplace_back(ob.fixed_offset, ob.fixed_offset + extent(ob));
       }
       std::sort(used.begin(), used.end());
       int64_t addr = 0;

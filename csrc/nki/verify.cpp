@@ -565,7 +565,9 @@ void Matmul(const Checker& c) {
       (ext < 0 ? lo : hi) += ext;
     }
     const int64_t bank = t.psum_bank_bytes();
-    const int64_t blo = lo * es, bhi = (hi + 1) * es - 1;
+    // A manually placed tensor may start inside its bank (psum.alloc / psum.mod_alloc).
+    const int64_t base = b.fixed_offset >= 0 ? b.fixed_offset % bank : 0;
+    const int64_t blo = base + lo * es, bhi = base + (hi + 1) * es - 1;
     if (blo / bank != bhi / bank)
       c.fail("the output spans bytes " + std::to_string(blo) + ".." + std::to_string(bhi) +
                  " of each partition of '" + b.name + "', crossing a 2 KiB PSUM bank boundary",

@@ -198,8 +198,9 @@ class DynSlice:
     __slots__ = ("size", "start")
 
     def __init__(self, start, size: int):
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError(f"nl.ds: size must be a positive int, got {size!r}")
+        # size 0 is an empty view (a shard with no rows); an instruction given one is refused
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"nl.ds: size must be a non-negative int, got {size!r}")
         self.start, self.size = start, size
 
     def __repr__(self) -> str:
@@ -509,6 +510,8 @@ class NkiTensor:
                 "(restrict it with mask=...)"
             )
         shape, steps = (self.shape, self._steps) if self.shape else ((1,), (1,))
+        if 0 in shape:
+            raise ValueError(f"an empty view of '{self.name}' (shape {self.shape}) cannot be an instruction operand")
         if len(shape) > _AP_MAX_DIMS:
             shape, steps = _coalesce(shape, steps)
         reg, scale = (self._reg[0].id, self._reg[1]) if self._reg else (-1, 0)
@@ -673,6 +676,10 @@ class NkiTensor:
             index.append(j)
         index = tuple(index)
         m = self._b.mod
+        if isinstance(m, _BankAlloc):
+            tile = m.tile(index)
+            rest = idx[k:]
+            return tile[rest] if rest else tile
         b = self._b._block(index)
         tile = NkiTensor(
             b, self.shape[k:], self.dtype, self._offset + b.mod.slot * m.step, self._steps[k:], self._reg
@@ -1183,6 +1190,10 @@ def new_tensor(
     if len(pdims) > 1:
         raise ValueError(f"shape {shape}: at most one nl.par_dim")
     shape = tuple(int(s) for s in shape)
+    if buffer == MemoryRegion.psum and _places_banks(directive):
+        if address is not None:
+            raise ValueError(f"'{name}': address= and a {directive!r} placement both place the tensor")
+        return _new_psum_placed(shape, pdims[0] if pdims else 0, dtype, name, directive)
     if pdims and pdims[0] > 0 and buffer in (MemoryRegion.sbuf, MemoryRegion.psum):
         k = pdims[0]
         if getattr(directive, "kind", None) == "mod_alloc":
@@ -1248,6 +1259,102 @@ def _new_mod_alloc(shape, k, dtype, buffer, name, address, hints) -> NkiTensor:
     base._b.mod = m
     steps = [0] * k + [base.strides[0]] + list(_row_major(free))
     return NkiTensor(base._b, shape, dtype, 0, steps, nblock=k)
+
+
+def _places_banks(directive) -> bool:
+    """``psum.mod_alloc(...)`` and ``psum.alloc(func)`` name the PSUM bank (and partition and
+    byte offset) of every block: the kernel places its PSUM tensors itself."""
+    kind = getattr(directive, "kind", None)
+    return kind == "mod_alloc" or (kind == "alloc" and callable(directive.hints.get("func")))
+
+
+def _mod_place(hints: dict, index: tuple, parts: int, nbytes: int) -> tuple:
+    """(bank, start partition, byte offset in the bank) of block `index` under
+    ``psum.mod_alloc(base_addr, base_bank=, num_bank_tiles=, base_partition=, num_par_tiles=,
+    num_free_tiles=)``, as the NKI docs define it: each block index modulo its tile count
+    (missing counts: 1), row-major; a bank tile is one bank, a partition tile `parts`
+    partitions, a free tile the block's bytes."""
+    out = []
+    for base, key, scale in (("base_bank", "num_bank_tiles", 1), ("base_partition", "num_par_tiles", parts),
+                             ("base_addr", "num_free_tiles", nbytes)):
+        tiles = tuple(int(n) for n in (hints.get(key) or ()))
+        if len(tiles) > len(index) or any(n < 1 for n in tiles):
+            raise ValueError(
+                f"psum.mod_alloc({key}={tiles}): one positive tile count per block dimension (blocks {len(index)})"
+            )
+        out.append(int(hints.get(base) or 0) + _mod_linear(index, tiles) * scale)
+    return tuple(out)
+
+
+class _BankAlloc(_ModAlloc):
+    """A PSUM tensor whose blocks the kernel places itself (``psum.mod_alloc`` /
+    ``psum.alloc(func)``): each block is a tensor of its own at the named bank, partition and
+    byte offset, so blocks of several tensors share banks exactly as the kernel says (the
+    allocator checks that no two of them overlap while both are live, and places the other
+    PSUM tensors around them). Blocks of one tensor on one place are read back only while no
+    other block of it has written there since (nki._tracer._check_mod_slots)."""
+
+    __slots__ = ("dtype", "free", "name", "parts", "place", "region")
+
+    def __init__(self, place, parts: int, free: tuple, dtype, name: str):
+        super().__init__([], 0)
+        self.place, self.parts, self.free, self.dtype, self.name = place, parts, free, dtype, name
+        self.region = MemoryRegion.psum
+
+    def tile(self, index: tuple) -> NkiTensor:
+        t = self.blocks.get(index)
+        if t is not None:
+            return t
+        nbytes = math.prod(self.free) * self.dtype.itemsize
+        where = self.place(index, self.parts, nbytes)
+        if not isinstance(where, (tuple, list)) or len(where) != 3:
+            raise ValueError(
+                f"'{self.name}': the PSUM placement of block {index} is {where!r}; it is "
+                "(bank, start partition, byte offset in the bank)"
+            )
+        bank, p0, off = (int(v) for v in where)
+        target = current().target
+        banks = int(target["psum_banks"])
+        bank_bytes = int(target["psum_bytes_per_partition"]) // banks
+        if not 0 <= bank < banks or off < 0 or p0 < 0:
+            raise ValueError(
+                f"'{self.name}': block {index} is placed on PSUM bank {bank}, partition {p0}, byte {off}; "
+                f"PSUM has banks 0..{banks - 1} of {bank_bytes} bytes per partition"
+            )
+        label = ", ".join(str(i) for i in index)
+        t = new_tensor((self.parts,) + tuple(self.free), self.dtype, MemoryRegion.psum,
+                       f"{self.name}[{label}]" if index else self.name, (p0, bank * bank_bytes + off))
+        t._b.mod = _ModBlock(index, (bank, p0, off), banks, self.owner)
+        self.blocks[index] = t
+        return t
+
+
+def _new_psum_placed(shape, k, dtype, name, directive) -> NkiTensor:
+    """A PSUM tensor placed by ``psum.mod_alloc`` / ``psum.alloc(func)``: its blocks (the
+    dimensions in front of nl.par_dim; none: one block, index ()) each go where the directive
+    puts them."""
+    dtype = dt.to_dtype(dtype)
+    if not name:
+        counter = current().__dict__.setdefault("_names", itertools.count())
+        name = f"psum_{next(counter)}"
+    blocks, parts, free = shape[:k], shape[k], shape[k + 1 :]
+    if directive.kind == "alloc":
+        func = directive.hints["func"]
+
+        def place(index, p, nbytes):
+            return func(idx=index, pdim_size=p, fdim_size=nbytes)  # by name, as the compiler calls it
+    else:
+        hints = directive.hints
+
+        def place(index, p, nbytes):
+            return _mod_place(hints, index, p, nbytes)
+
+    m = _BankAlloc(place, parts, free, dtype, name)
+    if not blocks:
+        return m.tile(())
+    whole = _Buffer(-1, MemoryRegion.psum, dtype, shape, name)
+    whole.mod = m
+    return NkiTensor(whole, shape, dtype, 0, [0] * (k + 1 + len(free)), nblock=k)
 
 
 def _index_vector(v, parts: int) -> NkiTensor:

@@ -385,9 +385,12 @@ def _check_mod_slots(tr, info, shared, attrs, api_name) -> None:
             where = _kernel_where()
             what = api_name or tr.api
             instr = info.api if not what or what == info.api else f"{info.api} (from {what})"
+            if isinstance(blk.slot, tuple):  # a placed PSUM block: (bank, partition, byte)
+                tile = f"PSUM place (bank {blk.slot[0]}, partition {blk.slot[1]}, byte {blk.slot[2]})"
+            else:
+                tile = f"physical tile {blk.slot} (modulo allocation, {blk.nslots} tile(s) for the blocks)"
             e = NkiValidationError(
-                f"{instr} at {where}: reads block {blk.index} of '{v.name}', whose physical tile "
-                f"{blk.slot} (modulo allocation, {blk.nslots} tile(s) for the blocks) was overwritten "
+                f"{instr} at {where}: reads block {blk.index} of '{v.name}', whose {tile} was overwritten "
                 f"by block {owner[0]} at {owner[1]} [rule: a modulo-allocated block is read before "
                 "another block reuses its tile]"
             )

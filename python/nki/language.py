@@ -1403,6 +1403,11 @@ invert = _make_unary("invert")
 logical_not = _make_unary("logical_not")
 bitwise_not = invert
 
+# The ISA's unary ALU operators are these functions too: nisa.tensor_scalar(op0=nl.abs, ...).
+for _f in (abs, square, relu, rsqrt, reciprocal):
+    _f._nki_alu = _f.__name__  # type: ignore[attr-defined]
+del _f
+
 
 def _make_reduce(name: str, alu: str):
     def fn(x, axis, dtype=None, keepdims=False, mask=None):

@@ -236,12 +236,22 @@ def test_sbuf_tensors_on_disjoint_partition_ranges_share_capacity():
 
 
 def test_psum_manual_placement_on_bank_boundary():
+    # A PSUM tensor of at most one bank lies inside one (it may start inside it: psum.alloc
+    # places tiles at byte offsets of a bank); a larger one starts at a bank boundary.
     @nki.jit
     def k(x):
-        t = nl.ndarray((128, 64), nl.float32, buffer=nl.psum, address=(0, 1024))  # MARK
+        t = nl.ndarray((128, 512), nl.float32, buffer=nl.psum, address=(0, 1024))  # MARK
         return t
 
-    expect(k, (X,), "byte offset 1024 does not start on a bank boundary", marker="# MARK")
+    expect(k, (X,), "byte offset 1024 with 2048 bytes per partition crosses a bank boundary", marker="# MARK")
+
+    @nki.jit
+    def k2(x):
+        t = nl.ndarray((128, 1024), nl.float32, buffer=nl.psum, address=(0, 1024))  # MARK
+        return t
+
+    expect(k2, (X,), "byte offset 1024 with 4096 bytes per partition does not start on a bank boundary",
+           marker="# MARK")
 
 
 def test_matmul_dtype_rules():
