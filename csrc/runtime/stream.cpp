@@ -16,8 +16,11 @@ namespace {
 thread_local Stream* tls_worker_stream = nullptr;
 
 // How long a worker (or a host waiter) spins before it sleeps. Long enough to cover the gap
-// between back-to-back launches, short enough not to steal a core on a 2-core host.
-constexpr int64_t kSpinNs = 4000;
+// between back-to-back launches and a short task (a warm NKI launch: ~10 us of Python between
+// calls plus its task), since a futex wake-up costs ~20 us on a VM (a warm 3-instruction NKI
+// call + synchronize: 66 us with 4 us of spin, 13-14 us with 30 us, benchmarks/nki_bench.py);
+// short enough not to steal a core for long on a 2-core host.
+constexpr int64_t kSpinNs = 30000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
